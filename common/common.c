@@ -1,0 +1,369 @@
+/*
+ * common.c - see common.h for what lives here and why.
+ */
+#include "common.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the control message ------------------------------------------------ */
+
+/*
+ * The wire format is the struct's own layout: every field naturally aligned,
+ * so the compiler adds no padding, and these checks make sure it never does.
+ * That is what lets msg_encode() be a byte swap and a memcpy.
+ */
+_Static_assert(sizeof(struct ctrl_msg) == CTRL_MSG_SIZE, "ctrl_msg size");
+_Static_assert(offsetof(struct ctrl_msg, magic) == 0, "magic offset");
+_Static_assert(offsetof(struct ctrl_msg, version) == 4, "version offset");
+_Static_assert(offsetof(struct ctrl_msg, type) == 6, "type offset");
+_Static_assert(offsetof(struct ctrl_msg, size) == 8, "size offset");
+_Static_assert(offsetof(struct ctrl_msg, reserved) == 12, "reserved offset");
+_Static_assert(offsetof(struct ctrl_msg, addr) == 16, "addr offset");
+_Static_assert(offsetof(struct ctrl_msg, rkey) == 24, "rkey offset");
+_Static_assert(offsetof(struct ctrl_msg, status) == 28, "status offset");
+
+void msg_encode(const struct ctrl_msg *msg, void *wire)
+{
+	struct ctrl_msg be = {
+		.magic = htobe32(msg->magic),
+		.version = htobe16(msg->version),
+		.type = htobe16(msg->type),
+		.size = htobe32(msg->size),
+		.reserved = htobe32(msg->reserved),
+		.addr = htobe64(msg->addr),
+		.rkey = htobe32(msg->rkey),
+		.status = htobe32(msg->status),
+	};
+
+	memcpy(wire, &be, sizeof(be));
+}
+
+/*
+ * A message is exactly one ctrl_msg: a shorter or longer one, a foreign
+ * magic, another version or a type we do not know is -EBADMSG.
+ */
+int msg_decode(const void *wire, size_t len, struct ctrl_msg *msg)
+{
+	struct ctrl_msg be;
+
+	if (len != sizeof(be))
+		return -EBADMSG;
+	memcpy(&be, wire, sizeof(be));
+	*msg = (struct ctrl_msg){
+		.magic = be32toh(be.magic),
+		.version = be16toh(be.version),
+		.type = be16toh(be.type),
+		.size = be32toh(be.size),
+		.reserved = be32toh(be.reserved),
+		.addr = be64toh(be.addr),
+		.rkey = be32toh(be.rkey),
+		.status = be32toh(be.status),
+	};
+	if (msg->magic != CTRL_MAGIC || msg->version != CTRL_VERSION)
+		return -EBADMSG;
+	if (msg->type != CTRL_REQ_ALLOC && msg->type != CTRL_RESP_ALLOC)
+		return -EBADMSG;
+	return 0;
+}
+
+/* ---- the chunk pool ----------------------------------------------------- */
+
+#define BITS_PER_WORD 64
+
+static bool chunk_in_use(const struct pool *pool, size_t chunk)
+{
+	return pool->bits[chunk / BITS_PER_WORD] >> (chunk % BITS_PER_WORD) & 1;
+}
+
+static void chunk_mark(struct pool *pool, size_t chunk, bool in_use)
+{
+	uint64_t bit = UINT64_C(1) << (chunk % BITS_PER_WORD);
+
+	if (in_use)
+		pool->bits[chunk / BITS_PER_WORD] |= bit;
+	else
+		pool->bits[chunk / BITS_PER_WORD] &= ~bit;
+}
+
+int pool_init(struct pool *pool, size_t bytes)
+{
+	size_t words;
+
+	if (bytes == 0 || bytes % POOL_CHUNK_SIZE)
+		return -EINVAL;
+	pool->nchunks = bytes / POOL_CHUNK_SIZE;
+	words = (pool->nchunks + BITS_PER_WORD - 1) / BITS_PER_WORD;
+	pool->bits = calloc(words, sizeof(*pool->bits));
+	pool->used = 0;
+	return pool->bits ? 0 : -ENOMEM;
+}
+
+void pool_destroy(struct pool *pool)
+{
+	free(pool->bits);
+	pool->bits = NULL;
+	pool->nchunks = 0;
+	pool->used = 0;
+}
+
+/*
+ * First fit: the lowest run of free chunks long enough for want bytes,
+ * rounded up to whole chunks.  Walking bit by bit is plenty for a pool of a
+ * few thousand chunks that changes once per connection.
+ */
+int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
+	       size_t *granted)
+{
+	size_t need, run = 0, chunk;
+
+	if (want == 0 || want > (uint64_t)pool->nchunks * POOL_CHUNK_SIZE)
+		return -EINVAL;
+	need = (want + POOL_CHUNK_SIZE - 1) / POOL_CHUNK_SIZE;
+
+	for (chunk = 0; chunk < pool->nchunks; chunk++) {
+		run = chunk_in_use(pool, chunk) ? 0 : run + 1;
+		if (run == need)
+			break;
+	}
+	if (run < need)
+		return -ENOMEM;
+
+	for (size_t first = chunk + 1 - need; first <= chunk; first++)
+		chunk_mark(pool, first, true);
+	pool->used += need;
+	*offset = (chunk + 1 - need) * POOL_CHUNK_SIZE;
+	*granted = need * POOL_CHUNK_SIZE;
+	return 0;
+}
+
+/* Give back a range that pool_alloc() handed out. */
+void pool_free(struct pool *pool, size_t offset, size_t bytes)
+{
+	size_t first = offset / POOL_CHUNK_SIZE;
+	size_t count = bytes / POOL_CHUNK_SIZE;
+
+	for (size_t chunk = first; chunk < first + count; chunk++)
+		chunk_mark(pool, chunk, false);
+	pool->used -= count;
+}
+
+/* ---- protocol decisions shared by both servers -------------------------- */
+
+/*
+ * What a server answers one received control message, in the order the
+ * protocol checks: is it a well-formed REQ_ALLOC (-EBADMSG), does the
+ * connection already hold a slice (-EBUSY), is the size possible at all
+ * (-EINVAL), is there room (-ENOMEM).  On success the slice is taken from
+ * the pool and recorded in *slice.  *asked is the size the peer asked for,
+ * or 0 if the message could not be read.
+ */
+int alloc_request(struct pool *pool, const void *wire, size_t len,
+		  struct slice *slice, uint32_t *asked)
+{
+	struct ctrl_msg req;
+	int err;
+
+	*asked = 0;
+	err = msg_decode(wire, len, &req);
+	if (err)
+		return err;
+	if (req.type != CTRL_REQ_ALLOC)
+		return -EBADMSG;
+	*asked = req.size;
+	if (slice->len)
+		return -EBUSY;
+	return pool_alloc(pool, req.size, &slice->off, &slice->len);
+}
+
+/*
+ * The client writes value i into slot (i - 1) mod slots and rings doorbell
+ * seq = i with its last write, so when the doorbell completes the slot of
+ * seq holds seq.  If the client has since gone a whole lap round its slice,
+ * the slot holds seq plus a multiple of slots: late, but not wrong.
+ */
+enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots)
+{
+	if (value == seq)
+		return SLOT_OK;
+	if (slots && value > seq && (value - seq) % slots == 0)
+		return SLOT_LAPPED;
+	return SLOT_MISMATCH;
+}
+
+const char *slot_verdict_name(enum slot_verdict verdict)
+{
+	switch (verdict) {
+	case SLOT_OK:
+		return "ok";
+	case SLOT_LAPPED:
+		return "lapped";
+	case SLOT_MISMATCH:
+		break;
+	}
+	return "MISMATCH";
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+/*
+ * ibv_wc_status_str() gives a sentence; these are the names a reader can
+ * look up in <infiniband/verbs.h> and the verbs manual.
+ */
+const char *wc_status_name(enum ibv_wc_status status)
+{
+	static const char *const names[] = {
+		[IBV_WC_SUCCESS] = "IBV_WC_SUCCESS",
+		[IBV_WC_LOC_LEN_ERR] = "IBV_WC_LOC_LEN_ERR",
+		[IBV_WC_LOC_QP_OP_ERR] = "IBV_WC_LOC_QP_OP_ERR",
+		[IBV_WC_LOC_EEC_OP_ERR] = "IBV_WC_LOC_EEC_OP_ERR",
+		[IBV_WC_LOC_PROT_ERR] = "IBV_WC_LOC_PROT_ERR",
+		[IBV_WC_WR_FLUSH_ERR] = "IBV_WC_WR_FLUSH_ERR",
+		[IBV_WC_MW_BIND_ERR] = "IBV_WC_MW_BIND_ERR",
+		[IBV_WC_BAD_RESP_ERR] = "IBV_WC_BAD_RESP_ERR",
+		[IBV_WC_LOC_ACCESS_ERR] = "IBV_WC_LOC_ACCESS_ERR",
+		[IBV_WC_REM_INV_REQ_ERR] = "IBV_WC_REM_INV_REQ_ERR",
+		[IBV_WC_REM_ACCESS_ERR] = "IBV_WC_REM_ACCESS_ERR",
+		[IBV_WC_REM_OP_ERR] = "IBV_WC_REM_OP_ERR",
+		[IBV_WC_RETRY_EXC_ERR] = "IBV_WC_RETRY_EXC_ERR",
+		[IBV_WC_RNR_RETRY_EXC_ERR] = "IBV_WC_RNR_RETRY_EXC_ERR",
+		[IBV_WC_LOC_RDD_VIOL_ERR] = "IBV_WC_LOC_RDD_VIOL_ERR",
+		[IBV_WC_REM_INV_RD_REQ_ERR] = "IBV_WC_REM_INV_RD_REQ_ERR",
+		[IBV_WC_REM_ABORT_ERR] = "IBV_WC_REM_ABORT_ERR",
+		[IBV_WC_INV_EECN_ERR] = "IBV_WC_INV_EECN_ERR",
+		[IBV_WC_INV_EEC_STATE_ERR] = "IBV_WC_INV_EEC_STATE_ERR",
+		[IBV_WC_FATAL_ERR] = "IBV_WC_FATAL_ERR",
+		[IBV_WC_RESP_TIMEOUT_ERR] = "IBV_WC_RESP_TIMEOUT_ERR",
+		[IBV_WC_GENERAL_ERR] = "IBV_WC_GENERAL_ERR",
+	};
+
+	if ((size_t)status < sizeof(names) / sizeof(names[0]) && names[status])
+		return names[status];
+	return "IBV_WC_(unknown)";
+}
+
+const char *wc_opcode_name(enum ibv_wc_opcode opcode)
+{
+	switch (opcode) {
+	case IBV_WC_SEND:
+		return "SEND";
+	case IBV_WC_RDMA_WRITE:
+		return "RDMA_WRITE";
+	case IBV_WC_RECV:
+		return "RECV";
+	case IBV_WC_RECV_RDMA_WITH_IMM:
+		return "RECV_RDMA_WITH_IMM";
+	default:
+		return "OTHER";
+	}
+}
+
+#define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
+
+/*
+ * Poll until the CQ is empty, handing each work completion to handle().
+ * Returns how many were handled, or the first error: -EIO if polling
+ * itself failed, else what handle() returned.
+ */
+int cq_drain(struct ibv_cq *cq, wc_handler handle, void *ctx)
+{
+	struct ibv_wc wc[CQ_BATCH];
+	int n, total = 0;
+
+	do {
+		n = ibv_poll_cq(cq, CQ_BATCH, wc);
+		if (n < 0)
+			return fail("ibv_poll_cq", EIO);
+		for (int i = 0; i < n; i++) {
+			int err = handle(ctx, &wc[i]);
+
+			if (err)
+				return err;
+		}
+		total += n;
+	} while (n > 0);
+	return total;
+}
+
+/* ---- small utilities ---------------------------------------------------- */
+
+/*
+ * A whole decimal number, nothing before or after it, at most max.
+ * strtoull() alone would take " 12", "+12", "-12" (as a huge value) and
+ * "12abc"; a command line should take none of them.
+ */
+int parse_u64(const char *text, uint64_t max, uint64_t *value)
+{
+	unsigned long long v;
+	char *end;
+
+	if (text[0] < '0' || text[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (*end != '\0')
+		return -EINVAL;
+	if (errno == ERANGE || v > max)
+		return -ERANGE;
+	*value = v;
+	return 0;
+}
+
+int parse_port(const char *text, uint16_t *port)
+{
+	uint64_t v;
+	int err = parse_u64(text, UINT16_MAX, &v);
+
+	if (err)
+		return err;
+	if (v == 0)
+		return -ERANGE;
+	*port = (uint16_t)v;
+	return 0;
+}
+
+/* "EINVAL" for EINVAL: the status names the protocol speaks in. */
+const char *errno_name(int err)
+{
+	const char *name = strerrorname_np(err);
+
+	return name ? name : "E(unknown)";
+}
+
+/*
+ * The one error idiom of the three programs: print "program: what: reason"
+ * on stderr and hand back -err, so a caller can write
+ * "return fail("ibv_alloc_pd", errno);".  The errno value is an argument,
+ * taken before anything else can overwrite it.
+ */
+int fail(const char *what, int err)
+{
+	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
+		strerror(err));
+	return -err;
+}
+
+/*
+ * For the int-returning verbs, which give 0 or an errno value: report a
+ * failure and keep going, as a teardown path must.
+ */
+int check(const char *what, int ret)
+{
+	return ret ? fail(what, ret) : 0;
+}
+
+/* Any other error: "program: message" on stderr. */
+void errorf(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", program_invocation_short_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}

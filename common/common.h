@@ -1,0 +1,114 @@
+/*
+ * common.h - the little that the client and both servers share.
+ *
+ *   - struct ctrl_msg: the 32-byte control message and its wire encoding;
+ *   - the chunk pool: a bitmap that carves the server's memory into slices;
+ *   - the protocol decisions both servers make (what to answer a request,
+ *     whether a doorbell's slot holds what it should);
+ *   - completion helpers: names for work-completion codes, a CQ drain loop;
+ *   - number parsing for command lines.
+ *
+ * Everything here is plain C over libibverbs types; nothing in it talks to a
+ * device except cq_drain().  Functions return 0 or a negative errno value.
+ */
+#ifndef RDMA_POOL_COMMON_H
+#define RDMA_POOL_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#define DEFAULT_PORT 7471
+
+/* ---- the control message ------------------------------------------------ */
+
+#define CTRL_MAGIC 0x52444d41u /* "RDMA" in ASCII, read big-endian */
+#define CTRL_VERSION 1
+#define CTRL_MSG_SIZE 32
+
+enum ctrl_type {
+	CTRL_REQ_ALLOC = 1,  /* client -> server: size = bytes wanted */
+	CTRL_RESP_ALLOC = 2, /* server -> client: status, addr, rkey, size */
+};
+
+/*
+ * The fields in the order and at the offsets they have on the wire (checked
+ * at compile time in common.c).  In memory they hold host-order values;
+ * msg_encode() and msg_decode() convert every field to and from big-endian,
+ * so the two ends agree whatever CPUs they run on.
+ */
+struct ctrl_msg {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t size;
+	uint32_t reserved;
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t status; /* 0, or a positive errno value (Linux numbering) */
+};
+
+void msg_encode(const struct ctrl_msg *msg, void *wire);
+int msg_decode(const void *wire, size_t len, struct ctrl_msg *msg);
+
+/* ---- the chunk pool ----------------------------------------------------- */
+
+#define POOL_CHUNK_SIZE 4096
+#define DEFAULT_POOL_SIZE (4u << 20) /* 4 MiB = 1024 chunks */
+
+/* One bit per chunk, set while the chunk belongs to some slice. */
+struct pool {
+	uint64_t *bits;
+	size_t nchunks;
+	size_t used; /* chunks in use */
+};
+
+int pool_init(struct pool *pool, size_t bytes);
+void pool_destroy(struct pool *pool);
+int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
+	       size_t *granted);
+void pool_free(struct pool *pool, size_t offset, size_t bytes);
+
+/* ---- protocol decisions shared by both servers -------------------------- */
+
+/*
+ * A connection's slice of the pool: offset and length in bytes, len == 0
+ * while it holds none.
+ */
+struct slice {
+	size_t off;
+	size_t len;
+};
+
+int alloc_request(struct pool *pool, const void *wire, size_t len,
+		  struct slice *slice, uint32_t *asked);
+
+enum slot_verdict {
+	SLOT_OK,       /* the slot holds seq: data arrived before doorbell */
+	SLOT_LAPPED,   /* a later write of the stream already reused it */
+	SLOT_MISMATCH, /* anything else: ordering or data is broken */
+};
+
+enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots);
+const char *slot_verdict_name(enum slot_verdict verdict);
+
+/* ---- completions -------------------------------------------------------- */
+
+const char *wc_status_name(enum ibv_wc_status status);
+const char *wc_opcode_name(enum ibv_wc_opcode opcode);
+
+typedef int (*wc_handler)(void *ctx, const struct ibv_wc *wc);
+int cq_drain(struct ibv_cq *cq, wc_handler handle, void *ctx);
+
+/* ---- small utilities ---------------------------------------------------- */
+
+int parse_u64(const char *text, uint64_t max, uint64_t *value);
+int parse_port(const char *text, uint16_t *port);
+const char *errno_name(int err);
+int fail(const char *what, int err);
+void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int check(const char *what, int ret);
+
+#endif /* RDMA_POOL_COMMON_H */

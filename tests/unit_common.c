@@ -1,0 +1,378 @@
+/*
+ * unit_common.c - unit tests of common/: the chunk pool, the control
+ * message, the protocol decisions and the small parsers.  Plain C against
+ * the real code; nothing here needs an RDMA device.
+ *
+ * Prints "PASS name" or "FAIL name" per test and a closing
+ * "unit: N passed, N failed"; exits non-zero if any test failed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+#define MIB (1024u * 1024u)
+
+static int failed_checks;
+
+/* Records a failed check and carries on, so one run shows every failure. */
+static void expect(bool ok, const char *what, int line)
+{
+	if (!ok) {
+		printf("  check failed at line %d: %s\n", line, what);
+		failed_checks++;
+	}
+}
+
+#define EXPECT(cond) expect((cond), #cond, __LINE__)
+
+/* ---- the pool ----------------------------------------------------------- */
+
+static void test_pool_init_rejects_bad_sizes(void)
+{
+	struct pool pool;
+
+	EXPECT(pool_init(&pool, 0) == -EINVAL);
+	EXPECT(pool_init(&pool, 4097) == -EINVAL);
+	EXPECT(pool_init(&pool, 4 * MIB) == 0);
+	EXPECT(pool.nchunks == 1024 && pool.used == 0);
+	pool_destroy(&pool);
+}
+
+static void test_pool_rounds_up_to_chunks(void)
+{
+	struct pool pool;
+	size_t off = 99, granted = 0;
+
+	pool_init(&pool, 4 * MIB);
+	EXPECT(pool_alloc(&pool, 10000, &off, &granted) == 0);
+	EXPECT(off == 0 && granted == 12288);
+	EXPECT(pool_alloc(&pool, 1, &off, &granted) == 0);
+	EXPECT(off == 12288 && granted == 4096);
+	EXPECT(pool_alloc(&pool, 4096, &off, &granted) == 0);
+	EXPECT(off == 16384 && granted == 4096);
+	EXPECT(pool.used == 5);
+	pool_destroy(&pool);
+}
+
+static void test_pool_rejects_impossible_sizes(void)
+{
+	struct pool pool;
+	size_t off, granted;
+
+	pool_init(&pool, 4 * MIB);
+	EXPECT(pool_alloc(&pool, 0, &off, &granted) == -EINVAL);
+	EXPECT(pool_alloc(&pool, 4 * MIB + 1, &off, &granted) == -EINVAL);
+	EXPECT(pool_alloc(&pool, UINT32_MAX, &off, &granted) == -EINVAL);
+	EXPECT(pool.used == 0);
+	pool_destroy(&pool);
+}
+
+static void test_pool_first_fit(void)
+{
+	struct pool pool;
+	size_t a, b, c, d, e, granted;
+
+	pool_init(&pool, 64 * 1024);
+	pool_alloc(&pool, 4096, &a, &granted);
+	pool_alloc(&pool, 8192, &b, &granted);
+	pool_alloc(&pool, 4096, &c, &granted);
+	pool_free(&pool, b, 8192); /* a hole of two chunks at 4096 */
+
+	/* Three chunks do not fit the hole: they go after c. */
+	EXPECT(pool_alloc(&pool, 3 * 4096, &d, &granted) == 0);
+	EXPECT(d == 4 * 4096);
+	/* One chunk takes the lowest free place: the start of the hole. */
+	EXPECT(pool_alloc(&pool, 1, &e, &granted) == 0);
+	EXPECT(e == 4096);
+	EXPECT(a == 0 && c == 3 * 4096);
+	pool_destroy(&pool);
+}
+
+static void test_pool_full(void)
+{
+	struct pool pool;
+	size_t off, granted;
+
+	pool_init(&pool, 4 * MIB);
+	EXPECT(pool_alloc(&pool, 4 * MIB, &off, &granted) == 0);
+	EXPECT(off == 0 && granted == 4 * MIB && pool.used == 1024);
+	EXPECT(pool_alloc(&pool, 1, &off, &granted) == -ENOMEM);
+	pool_free(&pool, 0, 4 * MIB);
+	EXPECT(pool.used == 0);
+	EXPECT(pool_alloc(&pool, 4 * MIB, &off, &granted) == 0);
+	pool_destroy(&pool);
+}
+
+static void test_pool_fragmentation(void)
+{
+	struct pool pool;
+	size_t off, granted;
+
+	pool_init(&pool, 4 * MIB);
+	for (int i = 0; i < 1024; i++)
+		pool_alloc(&pool, 4096, &off, &granted);
+	for (size_t chunk = 0; chunk < 1024; chunk += 2)
+		pool_free(&pool, chunk * 4096, 4096);
+
+	/* Half the pool is free, but no two free chunks are neighbours. */
+	EXPECT(pool.used == 512);
+	EXPECT(pool_alloc(&pool, 8192, &off, &granted) == -ENOMEM);
+	EXPECT(pool_alloc(&pool, 4096, &off, &granted) == 0 && off == 0);
+	pool_destroy(&pool);
+}
+
+static void test_pool_free_range(void)
+{
+	struct pool pool;
+	size_t a, b, c, again, granted;
+
+	pool_init(&pool, 4 * MIB);
+	pool_alloc(&pool, 3 * 4096, &a, &granted);
+	pool_alloc(&pool, 5 * 4096, &b, &granted);
+	pool_alloc(&pool, 2 * 4096, &c, &granted);
+	pool_free(&pool, b, 5 * 4096);
+	EXPECT(pool.used == 5);
+
+	/* Exactly the freed range is free again: five fit, six do not. */
+	EXPECT(pool_alloc(&pool, 5 * 4096, &again, &granted) == 0);
+	EXPECT(again == b);
+	pool_free(&pool, again, 5 * 4096);
+	EXPECT(pool_alloc(&pool, 6 * 4096, &again, &granted) == 0);
+	EXPECT(again == c + 2 * 4096);
+	pool_destroy(&pool);
+}
+
+/* ---- the control message ------------------------------------------------ */
+
+static const struct ctrl_msg sample = {
+	.magic = CTRL_MAGIC,
+	.version = CTRL_VERSION,
+	.type = CTRL_RESP_ALLOC,
+	.size = 12288,
+	.addr = 0x00007f3a12345000,
+	.rkey = 0x1234,
+	.status = 0,
+};
+
+static void test_msg_wire_layout(void)
+{
+	uint8_t wire[CTRL_MSG_SIZE];
+	static const uint8_t expected[CTRL_MSG_SIZE] = {
+		'R',  'D',  'M',  'A',
+		0x00, 0x01, 0x00, 0x02, /* magic ... */
+		0x00, 0x00, 0x30, 0x00,
+		0x00, 0x00, 0x00, 0x00, /* size, rsvd */
+		0x00, 0x00, 0x7f, 0x3a,
+		0x12, 0x34, 0x50, 0x00, /* addr */
+		0x00, 0x00, 0x12, 0x34,
+		0x00, 0x00, 0x00, 0x00, /* rkey, status */
+	};
+
+	msg_encode(&sample, wire);
+	EXPECT(memcmp(wire, expected, sizeof(wire)) == 0);
+}
+
+static void test_msg_round_trip(void)
+{
+	uint8_t wire[CTRL_MSG_SIZE];
+	struct ctrl_msg back;
+	struct ctrl_msg denied = sample;
+
+	msg_encode(&sample, wire);
+	EXPECT(msg_decode(wire, sizeof(wire), &back) == 0);
+	EXPECT(memcmp(&back, &sample, sizeof(back)) == 0);
+
+	denied.status = ENOMEM;
+	denied.addr = 0;
+	msg_encode(&denied, wire);
+	EXPECT(msg_decode(wire, sizeof(wire), &back) == 0);
+	EXPECT(back.status == ENOMEM && back.addr == 0);
+}
+
+static void test_msg_rejects_bad_messages(void)
+{
+	uint8_t wire[CTRL_MSG_SIZE + 1] = { 0 };
+	struct ctrl_msg msg = sample, out;
+
+	msg_encode(&msg, wire);
+	EXPECT(msg_decode(wire, CTRL_MSG_SIZE - 1, &out) == -EBADMSG);
+	EXPECT(msg_decode(wire, CTRL_MSG_SIZE + 1, &out) == -EBADMSG);
+	EXPECT(msg_decode(wire, 0, &out) == -EBADMSG);
+
+	msg.magic = 0x41444d52; /* "ADMR": the magic byte-swapped */
+	msg_encode(&msg, wire);
+	EXPECT(msg_decode(wire, CTRL_MSG_SIZE, &out) == -EBADMSG);
+
+	msg = sample;
+	msg.version = 2;
+	msg_encode(&msg, wire);
+	EXPECT(msg_decode(wire, CTRL_MSG_SIZE, &out) == -EBADMSG);
+
+	msg = sample;
+	msg.type = 3;
+	msg_encode(&msg, wire);
+	EXPECT(msg_decode(wire, CTRL_MSG_SIZE, &out) == -EBADMSG);
+	msg.type = 0;
+	msg_encode(&msg, wire);
+	EXPECT(msg_decode(wire, CTRL_MSG_SIZE, &out) == -EBADMSG);
+}
+
+/* ---- protocol decisions ------------------------------------------------- */
+
+static void request_encode(uint32_t size, uint16_t type, uint8_t *wire)
+{
+	struct ctrl_msg req = {
+		.magic = CTRL_MAGIC,
+		.version = CTRL_VERSION,
+		.type = type,
+		.size = size,
+	};
+
+	msg_encode(&req, wire);
+}
+
+static void test_alloc_request_statuses(void)
+{
+	uint8_t wire[CTRL_MSG_SIZE];
+	struct pool pool;
+	struct slice mine = { 0 }, other = { 0 }, third = { 0 };
+	uint32_t asked;
+
+	pool_init(&pool, 16 * 4096);
+
+	request_encode(10000, CTRL_REQ_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, 20, &mine, &asked) == -EBADMSG);
+	EXPECT(asked == 0 && mine.len == 0);
+
+	request_encode(10000, CTRL_RESP_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &mine, &asked) ==
+	       -EBADMSG);
+
+	request_encode(0, CTRL_REQ_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &mine, &asked) ==
+	       -EINVAL);
+	request_encode(16 * 4096 + 1, CTRL_REQ_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &mine, &asked) ==
+	       -EINVAL);
+	EXPECT(asked == 16 * 4096 + 1);
+
+	request_encode(10000, CTRL_REQ_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &mine, &asked) == 0);
+	EXPECT(mine.off == 0 && mine.len == 12288 && asked == 10000);
+	/* A second request on the same connection, however small. */
+	request_encode(1, CTRL_REQ_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &mine, &asked) ==
+	       -EBUSY);
+	EXPECT(mine.off == 0 && mine.len == 12288);
+
+	request_encode(13 * 4096, CTRL_REQ_ALLOC, wire);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &other, &asked) == 0);
+	EXPECT(alloc_request(&pool, wire, sizeof(wire), &third, &asked) ==
+	       -ENOMEM);
+	EXPECT(third.len == 0 && pool.used == 16);
+	pool_destroy(&pool);
+}
+
+static void test_slot_check(void)
+{
+	EXPECT(slot_check(16, 16, 1024) == SLOT_OK);
+	EXPECT(slot_check(16, 16 + 1024, 1024) == SLOT_LAPPED);
+	EXPECT(slot_check(16, 16 + 3 * 1024, 1024) == SLOT_LAPPED);
+	EXPECT(slot_check(16, 17, 1024) == SLOT_MISMATCH);
+	EXPECT(slot_check(16, 0, 1024) == SLOT_MISMATCH);
+	EXPECT(slot_check(1040, 16, 1024) == SLOT_MISMATCH);
+	EXPECT(strcmp(slot_verdict_name(SLOT_OK), "ok") == 0);
+	EXPECT(strcmp(slot_verdict_name(SLOT_MISMATCH), "MISMATCH") == 0);
+}
+
+/* ---- small utilities ---------------------------------------------------- */
+
+static void test_parse_u64(void)
+{
+	uint64_t v = 0;
+
+	EXPECT(parse_u64("10000", UINT32_MAX, &v) == 0 && v == 10000);
+	EXPECT(parse_u64("0", UINT32_MAX, &v) == 0 && v == 0);
+	EXPECT(parse_u64("4294967295", UINT32_MAX, &v) == 0 && v == UINT32_MAX);
+	EXPECT(parse_u64("4294967296", UINT32_MAX, &v) == -ERANGE);
+	EXPECT(parse_u64("99999999999999999999999", UINT64_MAX, &v) == -ERANGE);
+	EXPECT(parse_u64("", UINT32_MAX, &v) == -EINVAL);
+	EXPECT(parse_u64("abc", UINT32_MAX, &v) == -EINVAL);
+	EXPECT(parse_u64("-1", UINT32_MAX, &v) == -EINVAL);
+	EXPECT(parse_u64("+1", UINT32_MAX, &v) == -EINVAL);
+	EXPECT(parse_u64(" 1", UINT32_MAX, &v) == -EINVAL);
+	EXPECT(parse_u64("12abc", UINT32_MAX, &v) == -EINVAL);
+	EXPECT(parse_u64("0x10", UINT32_MAX, &v) == -EINVAL);
+}
+
+static void test_parse_port(void)
+{
+	uint16_t port = 0;
+
+	EXPECT(parse_port("7471", &port) == 0 && port == 7471);
+	EXPECT(parse_port("1", &port) == 0 && port == 1);
+	EXPECT(parse_port("65535", &port) == 0 && port == 65535);
+	EXPECT(parse_port("0", &port) == -ERANGE);
+	EXPECT(parse_port("65536", &port) == -ERANGE);
+	EXPECT(parse_port("port", &port) == -EINVAL);
+}
+
+static void test_names(void)
+{
+	EXPECT(strcmp(errno_name(EINVAL), "EINVAL") == 0);
+	EXPECT(strcmp(errno_name(EBADMSG), "EBADMSG") == 0);
+	EXPECT(strcmp(wc_status_name(IBV_WC_REM_ACCESS_ERR),
+		      "IBV_WC_REM_ACCESS_ERR") == 0);
+	EXPECT(strcmp(wc_status_name(IBV_WC_RETRY_EXC_ERR),
+		      "IBV_WC_RETRY_EXC_ERR") == 0);
+	EXPECT(strcmp(wc_status_name((enum ibv_wc_status)999),
+		      "IBV_WC_(unknown)") == 0);
+	EXPECT(strcmp(wc_opcode_name(IBV_WC_RECV_RDMA_WITH_IMM),
+		      "RECV_RDMA_WITH_IMM") == 0);
+}
+
+/* ---- runner ------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	void (*run)(void);
+} tests[] = {
+	{ "pool_init_rejects_bad_sizes", test_pool_init_rejects_bad_sizes },
+	{ "pool_rounds_up_to_chunks", test_pool_rounds_up_to_chunks },
+	{ "pool_rejects_impossible_sizes", test_pool_rejects_impossible_sizes },
+	{ "pool_first_fit", test_pool_first_fit },
+	{ "pool_full", test_pool_full },
+	{ "pool_fragmentation", test_pool_fragmentation },
+	{ "pool_free_range", test_pool_free_range },
+	{ "msg_wire_layout", test_msg_wire_layout },
+	{ "msg_round_trip", test_msg_round_trip },
+	{ "msg_rejects_bad_messages", test_msg_rejects_bad_messages },
+	{ "alloc_request_statuses", test_alloc_request_statuses },
+	{ "slot_check", test_slot_check },
+	{ "parse_u64", test_parse_u64 },
+	{ "parse_port", test_parse_port },
+	{ "names", test_names },
+};
+
+int main(void)
+{
+	int passed = 0, failed = 0;
+
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		int before = failed_checks;
+
+		tests[i].run();
+		if (failed_checks == before) {
+			printf("PASS unit/%s\n", tests[i].name);
+			passed++;
+		} else {
+			printf("FAIL unit/%s\n", tests[i].name);
+			failed++;
+		}
+	}
+	printf("unit: %d passed, %d failed\n", passed, failed);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
