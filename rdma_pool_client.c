@@ -1,0 +1,649 @@
+/*
+ * rdma_pool_client.c - borrows a slice of a server's memory and writes into
+ * it with one-sided RDMA WRITEs, ringing a doorbell every K writes.
+ *
+ * The story, in the order this file tells it:
+ *
+ *   1. Find the server: the connection manager (librdmacm) turns an IP
+ *      address into a route through an RDMA device, like connect() would.
+ *   2. Build the verbs objects on that device: a protection domain, a
+ *      completion queue, a reliable-connected queue pair, and a registered
+ *      buffer for the two control messages.
+ *   3. Connect, then ask for memory: SEND a REQ_ALLOC, RECV the RESP_ALLOC
+ *      with the slice's address, its rkey (the key that lets our NIC write
+ *      into the server's memory) and its size.
+ *   4. Stream: write i (i = 1..N) puts the value i into slot (i-1) % slots
+ *      of the slice.  The server's CPU never sees these writes, so every
+ *      K-th write (and the last) is an RDMA WRITE WITH IMMEDIATE: it writes
+ *      its slot like the others but also consumes a receive on the server,
+ *      which completes there with imm = i.  That is the doorbell.
+ *   5. Disconnect and take everything down in reverse order.
+ *
+ *   usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>
+ */
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "common/common.h"
+
+#define DEFAULT_WRITES 1000
+#define DEFAULT_DOORBELL_EVERY 32
+#define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
+/*
+ * How long any one wait may take: a CM event, a reply, a doorbell.  A
+ * server that dies mid-stream shows up sooner, as a failed completion, once
+ * the NIC has given up its retries.
+ */
+#define WAIT_TIMEOUT_MS 10000
+/* retry_count 7 is the most the transport allows for lost packets */
+#define TRANSPORT_RETRIES 7
+/* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
+#define RNR_RETRY_FOREVER 7
+
+/* wr_id of the two control-message work requests; writes use wr_id = i. */
+enum { WRID_REQ = 0, WRID_REPLY = UINT64_MAX };
+
+struct options {
+	const char *server;
+	uint32_t size;
+	uint16_t port;
+	uint32_t writes;
+	uint32_t every;
+	bool help;
+};
+
+struct client {
+	struct options opt;
+	struct rdma_event_channel *events;
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	bool has_qp;
+	uint8_t ctrl[2][CTRL_MSG_SIZE]; /* [0] request out, [1] reply in */
+	struct ibv_mr *ctrl_mr;
+	bool connected;
+
+	/* The slice the server granted. */
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint32_t slots;
+
+	/* One batch of work requests: K - 1 writes and a doorbell. */
+	struct ibv_send_wr *wrs;
+	struct ibv_sge *sges;
+	uint32_t *values;
+};
+
+/* ---- command line ------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>\n"
+		"  -p, --port PORT            server port (default %d)\n"
+		"  -n, --writes N             RDMA WRITEs to stream (default %d)\n"
+		"  -k, --doorbell-every K     a doorbell every K writes "
+		"(default %d)\n"
+		"  -h, --help                 show this text\n",
+		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY);
+}
+
+static int parse_count(const char *what, const char *text, uint64_t min,
+		       uint32_t *value)
+{
+	uint64_t v;
+
+	if (parse_u64(text, UINT32_MAX, &v) || v < min) {
+		errorf("bad %s '%s': want a whole "
+		       "number from %" PRIu64 " to %" PRIu32 "",
+		       what, text, min, UINT32_MAX);
+		return -EINVAL;
+	}
+	*value = (uint32_t)v;
+	return 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *opt)
+{
+	static const struct option longopts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "writes", required_argument, NULL, 'n' },
+		{ "doorbell-every", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c, err = 0;
+
+	opt->port = DEFAULT_PORT;
+	opt->writes = DEFAULT_WRITES;
+	opt->every = DEFAULT_DOORBELL_EVERY;
+	while ((c = getopt_long(argc, argv, "p:n:k:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			if (parse_port(optarg, &opt->port)) {
+				errorf("bad port "
+				       "'%s': want 1..65535",
+				       optarg);
+				err = -EINVAL;
+			}
+			break;
+		case 'n':
+			err = parse_count("number of writes", optarg, 0,
+					  &opt->writes);
+			break;
+		case 'k':
+			err = parse_count("doorbell interval", optarg, 1,
+					  &opt->every);
+			break;
+		case 'h':
+			opt->help = true;
+			return 0;
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (err)
+			return err;
+	}
+	if (argc - optind != 2) {
+		errorf("want 2 arguments, "
+		       "<server_ip> <alloc_size_bytes>, got %d",
+		       argc - optind);
+		usage(stderr);
+		return -EINVAL;
+	}
+	opt->server = argv[optind];
+	/* 0 is passed on: refusing it is the server's job (EINVAL). */
+	return parse_count("allocation size", argv[optind + 1], 0, &opt->size);
+}
+
+/* ---- the connection manager --------------------------------------------- */
+
+/*
+ * Wait, at most WAIT_TIMEOUT_MS, for the next CM event and check that it is
+ * the one the protocol expects now.  The event is acknowledged once its type
+ * and status are copied out; nothing else of it is needed.
+ */
+static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
+{
+	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
+	struct rdma_cm_event *event;
+	enum rdma_cm_event_type type;
+	int ret, status;
+
+	ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
+	if (ret < 0)
+		return fail("poll(cm events)", errno);
+	if (ret == 0) {
+		errorf("no %s from %s within %d ms", rdma_event_str(expected),
+		       cl->opt.server, WAIT_TIMEOUT_MS);
+		return -ETIMEDOUT;
+	}
+	if (rdma_get_cm_event(cl->events, &event))
+		return fail("rdma_get_cm_event", errno);
+	type = event->event;
+	status = event->status;
+	rdma_ack_cm_event(event);
+	if (type == expected)
+		return 0;
+
+	if (type == RDMA_CM_EVENT_REJECTED)
+		errorf("%s:%u rejected the "
+		       "connection: is a server listening there?",
+		       cl->opt.server, cl->opt.port);
+	else
+		errorf("waiting for %s, got %s "
+		       "(status %d)",
+		       rdma_event_str(expected), rdma_event_str(type), status);
+	return type == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED : -EPROTO;
+}
+
+/*
+ * Name to address with getaddrinfo(), as for a socket; then the connection
+ * manager resolves that address to a local RDMA device and port (which
+ * binds the cm_id to a device, so id->verbs is set from here on), and the
+ * route to the server.
+ */
+static int cm_resolve(struct client *cl)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC };
+	struct addrinfo *ai;
+	int ret, err;
+
+	ret = getaddrinfo(cl->opt.server, NULL, &hints, &ai);
+	if (ret) {
+		errorf("cannot resolve '%s': %s", cl->opt.server,
+		       gai_strerror(ret));
+		return -EINVAL;
+	}
+	if (ai->ai_family == AF_INET)
+		((struct sockaddr_in *)ai->ai_addr)->sin_port =
+			htons(cl->opt.port);
+	else
+		((struct sockaddr_in6 *)ai->ai_addr)->sin6_port =
+			htons(cl->opt.port);
+
+	cl->events = rdma_create_event_channel();
+	if (!cl->events) {
+		err = fail("rdma_create_event_channel", errno);
+	} else if (rdma_create_id(cl->events, &cl->id, NULL, RDMA_PS_TCP)) {
+		err = fail("rdma_create_id", errno);
+	} else if (rdma_resolve_addr(cl->id, NULL, ai->ai_addr,
+				     RESOLVE_TIMEOUT_MS)) {
+		err = fail("rdma_resolve_addr", errno);
+	} else {
+		err = cm_wait(cl, RDMA_CM_EVENT_ADDR_RESOLVED);
+	}
+	freeaddrinfo(ai);
+	if (err)
+		return err;
+
+	if (rdma_resolve_route(cl->id, RESOLVE_TIMEOUT_MS))
+		return fail("rdma_resolve_route", errno);
+	return cm_wait(cl, RDMA_CM_EVENT_ROUTE_RESOLVED);
+}
+
+/* ---- verbs objects ------------------------------------------------------ */
+
+static int recv_post_reply(struct client *cl)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)cl->ctrl[1],
+		.length = CTRL_MSG_SIZE,
+		.lkey = cl->ctrl_mr->lkey,
+	};
+	struct ibv_recv_wr wr = {
+		.wr_id = WRID_REPLY,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+	struct ibv_recv_wr *bad;
+
+	return check("ibv_post_recv", ibv_post_recv(cl->id->qp, &wr, &bad));
+}
+
+/*
+ * The send queue holds one batch: K work requests, since the doorbell
+ * completing is what frees the slots of the K - 1 unsignaled writes before
+ * it (a send queue retires its entries in order).  If the QP fails, every
+ * outstanding request completes with an error, signaled or not, so the CQ
+ * is as deep as both queues together.
+ */
+static int verbs_open(struct client *cl)
+{
+	struct ibv_qp_init_attr attr = {
+		.qp_type = IBV_QPT_RC,
+		.cap.max_send_wr = cl->opt.every,
+		.cap.max_recv_wr = 1,
+		.cap.max_send_sge = 1,
+		.cap.max_recv_sge = 1,
+		/* the 4-byte values travel inside the request */
+		.cap.max_inline_data = sizeof(uint32_t),
+	};
+	struct ibv_device_attr dev;
+	int ret;
+
+	ret = ibv_query_device(cl->id->verbs, &dev);
+	if (ret)
+		return fail("ibv_query_device", ret);
+	if (cl->opt.every > (uint32_t)dev.max_qp_wr) {
+		errorf("a doorbell every %" PRIu32
+		       " writes needs a send queue that deep; %s allows %d",
+		       cl->opt.every,
+		       ibv_get_device_name(cl->id->verbs->device),
+		       dev.max_qp_wr);
+		return -EINVAL;
+	}
+
+	cl->pd = ibv_alloc_pd(cl->id->verbs);
+	if (!cl->pd)
+		return fail("ibv_alloc_pd", errno);
+	cl->cq = ibv_create_cq(cl->id->verbs, (int)cl->opt.every + 1, NULL,
+			       NULL, 0);
+	if (!cl->cq)
+		return fail("ibv_create_cq", errno);
+	attr.send_cq = cl->cq;
+	attr.recv_cq = cl->cq;
+	if (rdma_create_qp(cl->id, cl->pd, &attr))
+		return fail("rdma_create_qp", errno);
+	cl->has_qp = true;
+
+	/* The control messages go through registered memory: the NIC reads
+	 * the request from it and writes the reply into it. */
+	cl->ctrl_mr = ibv_reg_mr(cl->pd, cl->ctrl, sizeof(cl->ctrl),
+				 IBV_ACCESS_LOCAL_WRITE);
+	if (!cl->ctrl_mr)
+		return fail("ibv_reg_mr", errno);
+
+	cl->wrs = calloc(cl->opt.every, sizeof(*cl->wrs));
+	cl->sges = calloc(cl->opt.every, sizeof(*cl->sges));
+	cl->values = calloc(cl->opt.every, sizeof(*cl->values));
+	if (!cl->wrs || !cl->sges || !cl->values)
+		return fail("calloc(work requests)", ENOMEM);
+
+	/* Post the receive for the reply before anything can be sent: a
+	 * message that finds no receive waiting is answered "receiver not
+	 * ready" and has to be retried. */
+	return recv_post_reply(cl);
+}
+
+/*
+ * Connect.  retry_count is how often our NIC resends a packet the server's
+ * NIC did not acknowledge before failing the work request; rnr_retry_count
+ * how often it retries when the server had no receive posted.  The server's
+ * SRQ can run dry for a moment under load, and waiting is the right answer
+ * then, so: forever.
+ */
+static int cm_connect(struct client *cl)
+{
+	struct rdma_conn_param param = {
+		.retry_count = TRANSPORT_RETRIES,
+		.rnr_retry_count = RNR_RETRY_FOREVER,
+	};
+	int err;
+
+	if (rdma_connect(cl->id, &param))
+		return fail("rdma_connect", errno);
+	err = cm_wait(cl, RDMA_CM_EVENT_ESTABLISHED);
+	if (err)
+		return err;
+	cl->connected = true;
+	printf("connect server=%s port=%u qp=0x%" PRIx32 "\n", cl->opt.server,
+	       cl->opt.port, cl->id->qp->qp_num);
+	return 0;
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Busy-poll the CQ for one completion: the lowest latency there is, at the
+ * price of a core while waiting.  A failed completion is reported with the
+ * work request it belongs to.
+ */
+static int cq_wait(struct client *cl, struct ibv_wc *wc)
+{
+	double deadline = now_seconds() + WAIT_TIMEOUT_MS / 1000.0;
+	unsigned int spins = 0;
+	int n;
+
+	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0) {
+		if (++spins % 4096 == 0 && now_seconds() > deadline) {
+			errorf("no completion "
+			       "within %d ms",
+			       WAIT_TIMEOUT_MS);
+			return -ETIMEDOUT;
+		}
+	}
+	if (n < 0)
+		return fail("ibv_poll_cq", EIO);
+	if (wc->status == IBV_WC_SUCCESS)
+		return 0;
+
+	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
+		errorf("%s failed: %s (%s)",
+		       wc->wr_id == WRID_REQ ? "request" : "reply",
+		       wc_status_name(wc->status),
+		       ibv_wc_status_str(wc->status));
+	else
+		errorf("write %" PRIu64 " failed: "
+		       "%s (%s)",
+		       wc->wr_id, wc_status_name(wc->status),
+		       ibv_wc_status_str(wc->status));
+	return -EIO;
+}
+
+/* ---- asking for memory -------------------------------------------------- */
+
+static int request_send(struct client *cl)
+{
+	struct ctrl_msg req = {
+		.magic = CTRL_MAGIC,
+		.version = CTRL_VERSION,
+		.type = CTRL_REQ_ALLOC,
+		.size = cl->opt.size,
+	};
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)cl->ctrl[0],
+		.length = CTRL_MSG_SIZE,
+		.lkey = cl->ctrl_mr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_REQ,
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_send_wr *bad;
+
+	msg_encode(&req, cl->ctrl[0]);
+	return check("ibv_post_send(request)",
+		     ibv_post_send(cl->id->qp, &wr, &bad));
+}
+
+/*
+ * SEND the request and wait for both its completion and the reply's: they
+ * can come in either order, since our NIC learns that the request arrived
+ * (its acknowledgement) independently of the server's answer.
+ */
+static int slice_request(struct client *cl)
+{
+	struct ctrl_msg reply;
+	struct ibv_wc wc;
+	uint32_t reply_len = 0;
+	int err = request_send(cl);
+
+	for (int done = 0; !err && done < 2; done++) {
+		err = cq_wait(cl, &wc);
+		if (!err && wc.wr_id == WRID_REPLY)
+			reply_len = wc.byte_len;
+	}
+	if (err)
+		return err;
+
+	if (msg_decode(cl->ctrl[1], reply_len, &reply) ||
+	    reply.type != CTRL_RESP_ALLOC) {
+		errorf("the server's reply is not "
+		       "a RESP_ALLOC");
+		return -EBADMSG;
+	}
+	if (reply.status) {
+		printf("denied size=%" PRIu32 " status=%s\n", cl->opt.size,
+		       errno_name((int)reply.status));
+		errorf("the server denied %" PRIu32 " bytes: %s (%s)",
+		       cl->opt.size, errno_name((int)reply.status),
+		       strerror((int)reply.status));
+		return -(int)reply.status;
+	}
+	if (reply.size < sizeof(uint32_t)) {
+		errorf("the server granted %" PRIu32
+		       " bytes, too few for one slot",
+		       reply.size);
+		return -EBADMSG;
+	}
+	cl->remote_addr = reply.addr;
+	cl->rkey = reply.rkey;
+	cl->slots = reply.size / sizeof(uint32_t);
+	printf("granted addr=0x%" PRIx64 " rkey=0x%" PRIx32 " size=%" PRIu32
+	       "\n",
+	       reply.addr, reply.rkey, reply.size);
+	return 0;
+}
+
+/* ---- the write stream --------------------------------------------------- */
+
+/*
+ * Writes first..last as one list of work requests, handed to the NIC with
+ * a single ibv_post_send().  Each carries its 4-byte value inline: the
+ * library copies it into the work request, so the value array may be
+ * reused at once and needs no registration.  Only the last one, the
+ * doorbell, asks for a completion (IBV_SEND_SIGNALED) and carries an
+ * immediate value; the others complete silently.
+ */
+static int batch_post(struct client *cl, uint32_t first, uint32_t last)
+{
+	struct ibv_send_wr *bad;
+
+	for (uint32_t i = first; i <= last; i++) {
+		uint32_t k = i - first;
+		bool doorbell = i == last;
+
+		cl->values[k] = htobe32(i);
+		cl->sges[k] = (struct ibv_sge){
+			.addr = (uintptr_t)&cl->values[k],
+			.length = sizeof(cl->values[k]),
+		};
+		cl->wrs[k] = (struct ibv_send_wr){
+			.wr_id = i,
+			.next = doorbell ? NULL : &cl->wrs[k + 1],
+			.sg_list = &cl->sges[k],
+			.num_sge = 1,
+			.opcode = doorbell ? IBV_WR_RDMA_WRITE_WITH_IMM
+					   : IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_INLINE |
+				      (doorbell ? IBV_SEND_SIGNALED : 0),
+			.imm_data = doorbell ? htobe32(i) : 0,
+			.wr.rdma =
+				{
+					.remote_addr = cl->remote_addr +
+						       (uint64_t)((i - 1) %
+								  cl->slots) *
+							       sizeof(uint32_t),
+					.rkey = cl->rkey,
+				},
+		};
+	}
+	return check("ibv_post_send(writes)",
+		     ibv_post_send(cl->id->qp, cl->wrs, &bad));
+}
+
+/*
+ * The doorbell's completion means the server's NIC has acknowledged it, and
+ * on a reliable connection that acknowledges every write before it too.
+ */
+static int doorbell_wait(struct client *cl, uint32_t seq)
+{
+	struct ibv_wc wc;
+	int err = cq_wait(cl, &wc);
+
+	if (err)
+		return err;
+	if (wc.wr_id != seq) {
+		errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64
+		       " came",
+		       seq, wc.wr_id);
+		return -EPROTO;
+	}
+	printf("doorbell seq=%" PRIu32 " completed\n", seq);
+	return 0;
+}
+
+/* Batches end at every multiple of K, and at N. */
+static int stream(struct client *cl)
+{
+	uint32_t n = cl->opt.writes, k = cl->opt.every, doorbells = 0;
+	double start = now_seconds(), seconds;
+	uint32_t first = 1;
+
+	while (first <= n) {
+		uint32_t last = first - 1 + (k - (first - 1) % k);
+		int err;
+
+		if (last > n)
+			last = n;
+		err = batch_post(cl, first, last);
+		if (!err)
+			err = doorbell_wait(cl, last);
+		if (err)
+			return err;
+		doorbells++;
+		if (last == n)
+			break;
+		first = last + 1;
+	}
+	seconds = now_seconds() - start;
+	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
+	       "writes_per_s=%.0f\n",
+	       n, doorbells, seconds, seconds > 0 ? n / seconds : 0.0);
+	return 0;
+}
+
+/* ---- the end ------------------------------------------------------------ */
+
+/* Say goodbye properly, so that the server frees our slice at once. */
+static int cm_disconnect(struct client *cl)
+{
+	cl->connected = false;
+	if (rdma_disconnect(cl->id))
+		return fail("rdma_disconnect", errno);
+	return cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED);
+}
+
+/* Everything in reverse order of creation; safe on a half-built client. */
+static void client_close(struct client *cl)
+{
+	free(cl->values);
+	free(cl->sges);
+	free(cl->wrs);
+	if (cl->ctrl_mr)
+		check("ibv_dereg_mr", ibv_dereg_mr(cl->ctrl_mr));
+	if (cl->has_qp)
+		rdma_destroy_qp(cl->id);
+	if (cl->cq)
+		check("ibv_destroy_cq", ibv_destroy_cq(cl->cq));
+	if (cl->pd)
+		check("ibv_dealloc_pd", ibv_dealloc_pd(cl->pd));
+	if (cl->id)
+		rdma_destroy_id(cl->id);
+	if (cl->events)
+		rdma_destroy_event_channel(cl->events);
+}
+
+int main(int argc, char **argv)
+{
+	struct client cl = { 0 };
+	int err;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (parse_options(argc, argv, &cl.opt))
+		return EXIT_FAILURE;
+	if (cl.opt.help) {
+		usage(stdout);
+		return EXIT_SUCCESS;
+	}
+
+	err = cm_resolve(&cl);
+	if (!err)
+		err = verbs_open(&cl);
+	if (!err)
+		err = cm_connect(&cl);
+	if (!err)
+		err = slice_request(&cl);
+	if (!err)
+		err = stream(&cl);
+	if (cl.connected) {
+		int ret = cm_disconnect(&cl);
+
+		err = err ? err : ret;
+	}
+	client_close(&cl);
+	return err ? EXIT_FAILURE : EXIT_SUCCESS;
+}

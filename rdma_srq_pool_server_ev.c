@@ -1,0 +1,851 @@
+/*
+ * rdma_srq_pool_server_ev.c - lends slices of one registered memory pool to
+ * RDMA clients and checks the doorbells they ring.  The event-driven
+ * edition: one thread that sleeps in poll() until the connection manager,
+ * the completion channel or a signal has something for it, and so costs
+ * nothing while nobody talks to it.
+ *
+ * The protocol, as one client sees it:
+ *
+ *   client                                   server
+ *   rdma_connect  ---------------------->   CONNECT_REQUEST: QP on the SRQ,
+ *                 <----------------------   rdma_accept
+ *   SEND REQ_ALLOC{size} --------------->   a receive on the SRQ completes:
+ *                                           carve a slice from the pool
+ *                 <----------------------   SEND RESP_ALLOC{addr,rkey,size}
+ *   RDMA WRITE i into slot (i-1)%slots       (nothing: the NIC writes into
+ *   ... unsignaled, the server's CPU          the pool; no CPU, no completion)
+ *   never sees them ...
+ *   RDMA WRITE WITH IMM, imm = i  ------->  a receive completes with imm =
+ *                                           i: read slot (i-1)%slots, it
+ *                                           holds i (RC keeps order)
+ *   rdma_disconnect --------------------->  DISCONNECTED: slice back to the
+ *                                           pool, QP destroyed
+ *
+ * Every connection has its own queue pair (QP), but all of them share one
+ * receive queue (the SRQ) and one completion queue (CQ): the server keeps a
+ * single stock of receive buffers however many clients come, and finds out
+ * which client a completion belongs to from wc.qp_num.
+ *
+ * rdma_pool_server.c is this same server driven by a polling tick; the two
+ * files differ only where the designs differ, so
+ * "diff rdma_pool_server.c rdma_srq_pool_server_ev.c" shows exactly that.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "common/common.h"
+
+/*
+ * Receives kept posted on the SRQ.  Every control message and every doorbell
+ * (a WRITE_WITH_IMM) consumes one; when the SRQ is empty the NIC answers the
+ * client "receiver not ready" and the client's NIC retries (see
+ * rnr_retry_count), so a small SRQ slows clients down but loses nothing.
+ */
+#define SRQ_DEPTH 128
+/*
+ * A receive buffer is larger than a ctrl_msg so that a peer who sends a few
+ * bytes too many gets an EBADMSG reply; a message that does not fit at all
+ * makes the receive fail with IBV_WC_LOC_LEN_ERR and kills that connection.
+ */
+#define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
+#define MAX_CONNS 64 /* connections at once: sizes the CQ, see cq_depth */
+/*
+ * Replies one connection may have in flight.  The protocol is request /
+ * reply, so a well-behaved client has at most one; a peer that piles up
+ * more than this without waiting is disconnected.
+ */
+#define SEND_DEPTH 8
+/* Registered reply buffers: enough for every connection's SEND_DEPTH. */
+#define SEND_BUFS (MAX_CONNS * SEND_DEPTH)
+/* Connect requests the kernel queues for us before we accept: arbitrary. */
+#define LISTEN_BACKLOG 16
+/* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
+#define RNR_RETRY_FOREVER 7
+
+/* wr_id says which queue a completion came from: see on_completion(). */
+#define WRID_RECV (UINT64_C(1) << 32)
+#define WRID_SEND (UINT64_C(2) << 32)
+#define WRID_KIND(wr_id) ((wr_id) & ~UINT64_C(0xffffffff))
+#define WRID_INDEX(wr_id) ((uint32_t)(wr_id))
+
+struct options {
+	uint16_t port;
+	size_t pool_size;
+	bool help;
+};
+
+struct conn {
+	struct rdma_cm_id *id;
+	uint32_t qp_num;
+	struct slice slice;   /* this client's part of the pool */
+	unsigned int sending; /* replies posted, not yet completed */
+	struct conn *next;
+};
+
+struct server {
+	struct options opt;
+	int sigfd;
+	struct rdma_event_channel *events;
+	struct rdma_cm_id *listener;
+
+	/* Verbs resources, made on the first connect request: verbs_open() */
+	struct ibv_context *verbs;
+	struct ibv_pd *pd;
+	uint8_t *pool_mem;
+	struct ibv_mr *pool_mr;
+	uint8_t *recv_bufs;
+	struct ibv_mr *recv_mr;
+	uint8_t *send_bufs;
+	struct ibv_mr *send_mr;
+	uint32_t send_free[SEND_BUFS]; /* a stack of free send_bufs indices */
+	uint32_t nsend_free;
+	struct ibv_comp_channel *comp;
+	struct ibv_cq *cq;
+	struct ibv_srq *srq;
+
+	struct pool pool;
+	struct conn *conns;
+	unsigned int nconns;
+	uint64_t doorbells;
+};
+
+/* ---- command line ------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: rdma_srq_pool_server_ev [options]\n"
+		"  -p, --port PORT        port to listen on (default %d)\n"
+		"      --pool-size BYTES  size of the pool, a multiple of %d\n"
+		"                         (default %u)\n"
+		"  -h, --help             show this text\n",
+		DEFAULT_PORT, POOL_CHUNK_SIZE, DEFAULT_POOL_SIZE);
+}
+
+static int parse_options(int argc, char **argv, struct options *opt)
+{
+	static const struct option longopts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "pool-size", required_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t size = DEFAULT_POOL_SIZE;
+	int c;
+
+	opt->port = DEFAULT_PORT;
+	while ((c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			if (parse_port(optarg, &opt->port)) {
+				errorf("bad port '%s': "
+				       "want 1..65535",
+				       optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'P':
+			if (parse_u64(optarg, UINT32_MAX, &size) || size == 0 ||
+			    size % POOL_CHUNK_SIZE) {
+				errorf("bad pool size "
+				       "'%s': want a positive multiple of %d",
+				       optarg, POOL_CHUNK_SIZE);
+				return -EINVAL;
+			}
+			break;
+		case 'h':
+			opt->help = true;
+			return 0;
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		errorf("unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	opt->pool_size = size;
+	return 0;
+}
+
+/*
+ * SIGINT and SIGTERM arrive as readable data on a file descriptor instead of
+ * interrupting the program: the loop checks it like any other source of
+ * work, and no global flag is needed.
+ */
+static int signals_open(struct server *srv)
+{
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL))
+		return fail("sigprocmask", errno);
+	srv->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (srv->sigfd < 0)
+		return fail("signalfd", errno);
+	return 0;
+}
+
+/* ---- listening ---------------------------------------------------------- */
+
+/*
+ * The connection manager (librdmacm) speaks IP addresses and ports, like
+ * sockets, and reports what happens to each connection as events on an
+ * event channel.  Its file descriptor is one of those poll() waits on; it
+ * is non-blocking too, so that reading it can never stall the loop.
+ */
+static int listen_open(struct server *srv)
+{
+	struct sockaddr_in addr = {
+		.sin_family = AF_INET,
+		.sin_port = htons(srv->opt.port),
+		.sin_addr.s_addr = htonl(INADDR_ANY),
+	};
+
+	srv->events = rdma_create_event_channel();
+	if (!srv->events)
+		return fail("rdma_create_event_channel", errno);
+	if (fcntl(srv->events->fd, F_SETFL, O_NONBLOCK))
+		return fail("fcntl(O_NONBLOCK)", errno);
+	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
+		return fail("rdma_create_id", errno);
+	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr))
+		return fail("rdma_bind_addr", errno);
+	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
+		return fail("rdma_listen", errno);
+	printf("listen port=%u pool_size=%zu\n", srv->opt.port,
+	       srv->opt.pool_size);
+	return 0;
+}
+
+/* ---- verbs resources ---------------------------------------------------- */
+
+static int recv_post(struct server *srv, uint32_t index)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(srv->recv_bufs + index * RECV_BUF_SIZE),
+		.length = RECV_BUF_SIZE,
+		.lkey = srv->recv_mr->lkey,
+	};
+	struct ibv_recv_wr wr = {
+		.wr_id = WRID_RECV | index,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+	struct ibv_recv_wr *bad;
+	int ret = ibv_post_srq_recv(srv->srq, &wr, &bad);
+
+	return ret ? fail("ibv_post_srq_recv", ret) : 0;
+}
+
+/*
+ * The CQ must have room for every completion that can be outstanding at
+ * once, or the NIC overruns it and the CQ goes into error.  Receives: at
+ * most one per SRQ entry, since a buffer is reposted only after its
+ * completion is handled.  Sends: at most SEND_DEPTH per connection.
+ */
+static int cq_depth(void)
+{
+	return SRQ_DEPTH + MAX_CONNS * SEND_DEPTH;
+}
+
+/*
+ * Everything the NIC needs is made from the device the first client arrived
+ * on: a listener bound to 0.0.0.0 does not know its device until then.
+ */
+static int verbs_open(struct server *srv, struct ibv_context *verbs)
+{
+	struct ibv_srq_init_attr srq_attr = {
+		.attr = { .max_wr = SRQ_DEPTH, .max_sge = 1 },
+	};
+	size_t size = srv->opt.pool_size;
+	int ret;
+
+	/*
+	 * A protection domain ties together the objects that may be used with
+	 * each other: a QP can only touch memory registered in its own PD.
+	 */
+	srv->verbs = verbs;
+	srv->pd = ibv_alloc_pd(verbs);
+	if (!srv->pd)
+		return fail("ibv_alloc_pd", errno);
+
+	/*
+	 * Registering pins the pool in RAM and gives the NIC its address
+	 * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land
+	 * here without this program doing anything; the NIC checks each one
+	 * against the rkey and the bounds of this region.  (REMOTE_WRITE
+	 * requires LOCAL_WRITE too.)
+	 */
+	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
+	if (!srv->pool_mem)
+		return fail("aligned_alloc(pool)", ENOMEM);
+	memset(srv->pool_mem, 0, size);
+	srv->pool_mr =
+		ibv_reg_mr(srv->pd, srv->pool_mem, size,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ);
+	if (!srv->pool_mr)
+		return fail("ibv_reg_mr(pool)", errno);
+
+	srv->recv_bufs = calloc(SRQ_DEPTH, RECV_BUF_SIZE);
+	if (!srv->recv_bufs)
+		return fail("calloc(receive buffers)", ENOMEM);
+	srv->recv_mr =
+		ibv_reg_mr(srv->pd, srv->recv_bufs, SRQ_DEPTH * RECV_BUF_SIZE,
+			   IBV_ACCESS_LOCAL_WRITE);
+	if (!srv->recv_mr)
+		return fail("ibv_reg_mr(receive buffers)", errno);
+
+	/* Replies are sent from registered buffers, each one busy from its
+	 * ibv_post_send() until its completion: see reply_send(). */
+	srv->send_bufs = calloc(SEND_BUFS, CTRL_MSG_SIZE);
+	if (!srv->send_bufs)
+		return fail("calloc(send buffers)", ENOMEM);
+	srv->send_mr = ibv_reg_mr(srv->pd, srv->send_bufs,
+				  SEND_BUFS * CTRL_MSG_SIZE, 0);
+	if (!srv->send_mr)
+		return fail("ibv_reg_mr(send buffers)", errno);
+	for (uint32_t i = 0; i < SEND_BUFS; i++)
+		srv->send_free[srv->nsend_free++] = i;
+
+	/*
+	 * A completion channel is how the NIC wakes a sleeping program: when
+	 * a CQ that has been armed with ibv_req_notify_cq() receives a
+	 * completion, the channel's file descriptor becomes readable.
+	 */
+	srv->comp = ibv_create_comp_channel(verbs);
+	if (!srv->comp)
+		return fail("ibv_create_comp_channel", errno);
+	srv->cq = ibv_create_cq(verbs, cq_depth(), NULL, srv->comp, 0);
+	if (!srv->cq)
+		return fail("ibv_create_cq", errno);
+	ret = ibv_req_notify_cq(srv->cq, 0);
+	if (ret)
+		return fail("ibv_req_notify_cq", ret);
+
+	/*
+	 * The shared receive queue: one stock of receive buffers for all the
+	 * QPs attached to it.  Posting them all now means the first message
+	 * of the first client already finds a buffer waiting.
+	 */
+	srv->srq = ibv_create_srq(srv->pd, &srq_attr);
+	if (!srv->srq)
+		return fail("ibv_create_srq", errno);
+	for (uint32_t i = 0; i < SRQ_DEPTH; i++) {
+		int err = recv_post(srv, i);
+
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/*
+ * Undo verbs_open() in reverse, from wherever it stopped.  No QP may still
+ * be attached to the SRQ, and none may use the CQ.
+ */
+static void verbs_close(struct server *srv)
+{
+	if (srv->srq)
+		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
+	if (srv->cq)
+		check("ibv_destroy_cq", ibv_destroy_cq(srv->cq));
+	if (srv->comp)
+		check("ibv_destroy_comp_channel",
+		      ibv_destroy_comp_channel(srv->comp));
+	if (srv->send_mr)
+		check("ibv_dereg_mr(send buffers)", ibv_dereg_mr(srv->send_mr));
+	free(srv->send_bufs);
+	if (srv->recv_mr)
+		check("ibv_dereg_mr(receive buffers)",
+		      ibv_dereg_mr(srv->recv_mr));
+	free(srv->recv_bufs);
+	if (srv->pool_mr)
+		check("ibv_dereg_mr(pool)", ibv_dereg_mr(srv->pool_mr));
+	free(srv->pool_mem);
+	if (srv->pd)
+		check("ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
+	srv->srq = NULL;
+	srv->cq = NULL;
+	srv->comp = NULL;
+	srv->send_mr = NULL;
+	srv->send_bufs = NULL;
+	srv->nsend_free = 0;
+	srv->recv_mr = NULL;
+	srv->recv_bufs = NULL;
+	srv->pool_mr = NULL;
+	srv->pool_mem = NULL;
+	srv->pd = NULL;
+	srv->verbs = NULL;
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+static struct conn *conn_find(struct server *srv, uint32_t qp_num)
+{
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		if (conn->qp_num == qp_num)
+			return conn;
+	return NULL;
+}
+
+/*
+ * A connect request brings a new cm_id: give it a reliable-connected (RC) QP
+ * and accept.  The QP's receive side is the SRQ, so it gets no receive
+ * queue of its own; its send side carries only replies.
+ */
+static int conn_create(struct server *srv, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr = {
+		.send_cq = srv->cq,
+		.recv_cq = srv->cq,
+		.srq = srv->srq,
+		.qp_type = IBV_QPT_RC,
+		.cap.max_send_wr = SEND_DEPTH,
+		.cap.max_send_sge = 1,
+		.cap.max_inline_data = CTRL_MSG_SIZE,
+	};
+	/*
+	 * The client never reads from us, so no RDMA READ resources
+	 * (responder_resources, initiator_depth) are asked for.
+	 */
+	struct rdma_conn_param param = {
+		.rnr_retry_count = RNR_RETRY_FOREVER,
+	};
+	struct conn *conn = calloc(1, sizeof(*conn));
+	int err;
+
+	if (!conn)
+		return fail("calloc(conn)", ENOMEM);
+	if (rdma_create_qp(id, srv->pd, &attr)) {
+		err = fail("rdma_create_qp", errno);
+		goto out_free;
+	}
+	if (rdma_accept(id, &param)) {
+		err = fail("rdma_accept", errno);
+		goto out_destroy_qp;
+	}
+	conn->id = id;
+	conn->qp_num = id->qp->qp_num;
+	id->context = conn;
+	conn->next = srv->conns;
+	srv->conns = conn;
+	srv->nconns++;
+	return 0;
+
+out_destroy_qp:
+	rdma_destroy_qp(id);
+out_free:
+	free(conn);
+	return err;
+}
+
+static int on_completion(void *ctx, const struct ibv_wc *wc);
+
+/*
+ * A connection is over.  rdma_disconnect() moves the QP to the error state,
+ * so the NIC accepts nothing more from this client and flushes its unsent
+ * replies (it fails harmlessly if the peer disconnected first).  Draining the
+ * CQ then settles every completion this QP left behind, before the slice
+ * goes back to the pool for the next client and the QP is destroyed.
+ */
+static void conn_close(struct server *srv, struct conn *conn)
+{
+	struct conn **link = &srv->conns;
+
+	rdma_disconnect(conn->id);
+	cq_drain(srv->cq, on_completion, srv);
+
+	if (conn->slice.len)
+		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	printf("disconnect qp=0x%" PRIx32 " freed=%zu\n", conn->qp_num,
+	       conn->slice.len);
+
+	while (*link != conn)
+		link = &(*link)->next;
+	*link = conn->next;
+	srv->nconns--;
+	rdma_destroy_qp(conn->id);
+	rdma_destroy_id(conn->id);
+	free(conn);
+}
+
+/* Refuse a connect request, and drop its cm_id. */
+static void conn_reject(struct rdma_cm_id *id, const char *reason)
+{
+	printf("reject reason=%s\n", reason);
+	if (rdma_reject(id, NULL, 0))
+		fail("rdma_reject", errno);
+	rdma_destroy_id(id);
+}
+
+/* ---- control messages and doorbells ------------------------------------- */
+
+/*
+ * Replies are sent from a registered buffer taken from the pool of free
+ * ones.  The NIC reads the buffer some time after ibv_post_send() returns,
+ * so it stays taken until the send's completion names it by wr_id and
+ * on_completion() puts it back.  Every reply is signaled for that reason.
+ */
+static void reply_send(struct server *srv, struct conn *conn,
+		       const struct ctrl_msg *reply)
+{
+	struct ibv_sge sge = {
+		.length = CTRL_MSG_SIZE,
+		.lkey = srv->send_mr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_send_wr *bad;
+	uint32_t index;
+	int ret;
+
+	if (conn->sending == SEND_DEPTH || !srv->nsend_free) {
+		errorf("qp=0x%" PRIx32 " sent more "
+		       "than %d requests without waiting for replies: "
+		       "disconnecting it",
+		       conn->qp_num, SEND_DEPTH);
+		rdma_disconnect(conn->id);
+		return;
+	}
+	index = srv->send_free[--srv->nsend_free];
+	sge.addr = (uintptr_t)(srv->send_bufs + index * CTRL_MSG_SIZE);
+	wr.wr_id = WRID_SEND | index;
+	msg_encode(reply, srv->send_bufs + index * CTRL_MSG_SIZE);
+	ret = ibv_post_send(conn->id->qp, &wr, &bad);
+	if (ret) {
+		srv->send_free[srv->nsend_free++] = index;
+		fail("ibv_post_send(reply)", ret);
+		rdma_disconnect(conn->id);
+		return;
+	}
+	conn->sending++;
+}
+
+/* A control message arrived: answer it with exactly one RESP_ALLOC. */
+static void on_request(struct server *srv, struct conn *conn, const void *buf,
+		       uint32_t len)
+{
+	uint32_t asked;
+	int err = alloc_request(&srv->pool, buf, len, &conn->slice, &asked);
+	struct ctrl_msg reply = {
+		.magic = CTRL_MAGIC,
+		.version = CTRL_VERSION,
+		.type = CTRL_RESP_ALLOC,
+		.status = (uint32_t)-err,
+	};
+
+	if (err) {
+		printf("deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
+		       conn->qp_num, asked, errno_name(-err));
+	} else {
+		uint8_t *slice = srv->pool_mem + conn->slice.off;
+
+		/* A slice is handed over clean: the last holder's data is
+		 * none of the next one's business. */
+		memset(slice, 0, conn->slice.len);
+		reply.addr = (uintptr_t)slice;
+		reply.rkey = srv->pool_mr->rkey;
+		reply.size = (uint32_t)conn->slice.len;
+		printf("grant qp=0x%" PRIx32 " addr=0x%" PRIx64
+		       " rkey=0x%" PRIx32 " size=%" PRIu32 "\n",
+		       conn->qp_num, reply.addr, reply.rkey, reply.size);
+	}
+	reply_send(srv, conn, &reply);
+}
+
+/*
+ * A doorbell: the client's RDMA WRITE WITH IMM wrote value seq into its
+ * slot and, being the last write of a batch on a reliable connection, after
+ * all the unsignaled writes before it.  Its immediate value consumed one of
+ * our receives and so produced this completion: the only moment the
+ * server's CPU hears of the client's writes at all.
+ */
+static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
+{
+	uint32_t slots = conn->slice.len / sizeof(uint32_t);
+	enum slot_verdict verdict;
+	uint32_t value;
+
+	if (!slots) {
+		errorf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32
+		       " but it holds no slice",
+		       conn->qp_num, seq);
+		return;
+	}
+	memcpy(&value,
+	       srv->pool_mem + conn->slice.off +
+		       (size_t)((seq - 1) % slots) * sizeof(value),
+	       sizeof(value));
+	value = be32toh(value);
+	verdict = slot_check(seq, value, slots);
+	srv->doorbells++;
+	printf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32
+	       " %s\n",
+	       conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict == SLOT_MISMATCH)
+		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
+		       " found %" PRIu32 " in its slot",
+		       conn->qp_num, seq, value);
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+static void on_receive(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc)
+{
+	const uint8_t *buf =
+		srv->recv_bufs + WRID_INDEX(wc->wr_id) * RECV_BUF_SIZE;
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		errorf("receive qp=0x%" PRIx32 " failed: %s", wc->qp_num,
+		       wc_status_name(wc->status));
+		return;
+	}
+	if (!conn)
+		return; /* left over from a connection already closed */
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+		on_doorbell(srv, conn, be32toh(wc->imm_data));
+	else
+		on_request(srv, conn, buf, wc->byte_len);
+}
+
+/*
+ * One work completion from the shared CQ.  Only wr_id, status and qp_num
+ * are defined for a failed completion (opcode is not), which is why wr_id
+ * itself records whether a receive or a send is done.
+ */
+static int on_completion(void *ctx, const struct ibv_wc *wc)
+{
+	struct server *srv = ctx;
+	struct conn *conn = conn_find(srv, wc->qp_num);
+
+	if (WRID_KIND(wc->wr_id) == WRID_SEND) {
+		srv->send_free[srv->nsend_free++] = WRID_INDEX(wc->wr_id);
+		if (conn)
+			conn->sending--;
+		if (wc->status != IBV_WC_SUCCESS &&
+		    wc->status != IBV_WC_WR_FLUSH_ERR)
+			errorf("reply qp=0x%" PRIx32 " failed: %s", wc->qp_num,
+			       wc_status_name(wc->status));
+		return 0;
+	}
+	/* Whatever the receive brought, its buffer goes straight back. */
+	on_receive(srv, conn, wc);
+	return recv_post(srv, WRID_INDEX(wc->wr_id));
+}
+
+/* ---- connection manager events ------------------------------------------ */
+
+static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
+{
+	int err;
+
+	if (!srv->verbs) {
+		err = verbs_open(srv, id->verbs);
+		if (err) {
+			conn_reject(id, "server-setup-failed");
+			return err;
+		}
+	}
+	if (id->verbs != srv->verbs) {
+		conn_reject(id, "other-device");
+		return 0;
+	}
+	if (srv->nconns == MAX_CONNS) {
+		conn_reject(id, "server-full");
+		return 0;
+	}
+	if (conn_create(srv, id))
+		conn_reject(id, "connection-setup-failed");
+	return 0;
+}
+
+/*
+ * Take one event from the connection manager, if there is one: 1 if one was
+ * handled, 0 if there was none, or a negative errno if the server must stop.
+ *
+ * The event is acknowledged as soon as its type and cm_id are copied out.
+ * The cm_id lives on until we destroy it, and rdma_destroy_id() would wait
+ * forever for an event of that id still unacknowledged; only an event's
+ * private data dies with the ack, and this protocol sends none.
+ */
+static int cm_handle(struct server *srv)
+{
+	struct rdma_cm_event *event;
+	enum rdma_cm_event_type type;
+	struct rdma_cm_id *id;
+	struct conn *conn;
+
+	if (rdma_get_cm_event(srv->events, &event))
+		return errno == EAGAIN ? 0 : fail("rdma_get_cm_event", errno);
+	type = event->event;
+	id = event->id;
+	rdma_ack_cm_event(event);
+	conn = id->context;
+
+	switch (type) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST: {
+		int err = on_connect_request(srv, id);
+
+		return err ? err : 1;
+	}
+	case RDMA_CM_EVENT_ESTABLISHED:
+		printf("connect qp=0x%" PRIx32 "\n", conn->qp_num);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_REJECTED:
+		if (conn)
+			conn_close(srv, conn);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		errorf("the RDMA device went away");
+		return -ENODEV;
+	default:
+		break; /* e.g. TIMEWAIT_EXIT: nothing left to do */
+	}
+	return 1;
+}
+
+/* ---- the event loop ----------------------------------------------------- */
+
+/* The number of the signal that asked us to stop, or 0. */
+static int signal_pending(struct server *srv)
+{
+	struct signalfd_siginfo info;
+
+	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
+		return 0;
+	return (int)info.ssi_signo;
+}
+
+/*
+ * The completion channel is readable: the armed CQ got a completion.  Take
+ * the event and acknowledge it (ibv_destroy_cq() waits until every event
+ * has been), then re-arm the CQ, and only then drain it.  Draining first
+ * would lose a wake-up: a completion arriving between the last poll and
+ * the re-arm finds the CQ unarmed and raises no event, and would sit there
+ * until the next one came.
+ */
+static int cq_event(struct server *srv)
+{
+	struct ibv_cq *cq;
+	void *cq_context;
+	int ret;
+
+	if (ibv_get_cq_event(srv->comp, &cq, &cq_context))
+		return fail("ibv_get_cq_event", errno);
+	ibv_ack_cq_events(cq, 1);
+	ret = ibv_req_notify_cq(cq, 0);
+	if (ret)
+		return fail("ibv_req_notify_cq", ret);
+	ret = cq_drain(cq, on_completion, srv);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * Sleep in poll() until there is something to do: a CM event, a CQ event,
+ * or a signal.  The completion channel only exists once the first client
+ * has come (verbs_open), and poll() skips a negative fd until then.
+ */
+static int serve(struct server *srv)
+{
+	enum { CM, SIG, CQ };
+	struct pollfd fds[] = {
+		[CM] = { .fd = srv->events->fd, .events = POLLIN },
+		[SIG] = { .fd = srv->sigfd, .events = POLLIN },
+		[CQ] = { .fd = -1, .events = POLLIN },
+	};
+	int signo = 0, err;
+
+	while (!signo) {
+		fds[CQ].fd = srv->comp ? srv->comp->fd : -1;
+		if (poll(fds, sizeof(fds) / sizeof(fds[0]), -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return fail("poll", errno);
+		}
+		if (fds[CM].revents) {
+			err = cm_handle(srv);
+			if (err < 0)
+				return err;
+		}
+		if (fds[CQ].revents) {
+			err = cq_event(srv);
+			if (err)
+				return err;
+		}
+		if (fds[SIG].revents)
+			signo = signal_pending(srv);
+	}
+	printf("shutdown signal=SIG%s connections=%u chunks_in_use=%zu "
+	       "doorbells=%" PRIu64 "\n",
+	       sigabbrev_np(signo), srv->nconns, srv->pool.used,
+	       srv->doorbells);
+	return 0;
+}
+
+/* Teardown in reverse order of setup; safe on a half-built server. */
+static void server_close(struct server *srv)
+{
+	while (srv->conns)
+		conn_close(srv, srv->conns);
+	verbs_close(srv);
+	if (srv->listener)
+		rdma_destroy_id(srv->listener);
+	if (srv->events)
+		rdma_destroy_event_channel(srv->events);
+	if (srv->sigfd >= 0)
+		close(srv->sigfd);
+	pool_destroy(&srv->pool);
+}
+
+int main(int argc, char **argv)
+{
+	struct server srv = { .sigfd = -1 };
+	int err;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (parse_options(argc, argv, &srv.opt))
+		return EXIT_FAILURE;
+	if (srv.opt.help) {
+		usage(stdout);
+		return EXIT_SUCCESS;
+	}
+
+	err = pool_init(&srv.pool, srv.opt.pool_size);
+	if (err)
+		fail("pool_init", -err);
+	if (!err)
+		err = signals_open(&srv);
+	if (!err)
+		err = listen_open(&srv);
+	if (!err)
+		err = serve(&srv);
+	server_close(&srv);
+	return err ? EXIT_FAILURE : EXIT_SUCCESS;
+}
