@@ -50,8 +50,9 @@
 /* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
 #define RNR_RETRY_FOREVER 7
 
-/* wr_id of the two control-message work requests; writes use wr_id = i. */
-enum { WRID_REQ = 0, WRID_REPLY = UINT64_MAX };
+/* wr_id of the two control-message work requests; write i has wr_id i. */
+#define WRID_REQ 0
+#define WRID_REPLY UINT64_MAX
 
 struct options {
 	const char *server;

@@ -12,9 +12,8 @@
  *   SEND REQ_ALLOC{size} --------------->   a receive on the SRQ completes:
  *                                           carve a slice from the pool
  *                 <----------------------   SEND RESP_ALLOC{addr,rkey,size}
- *   RDMA WRITE i into slot (i-1)%slots       (nothing: the NIC writes into
- *   ... unsignaled, the server's CPU          the pool; no CPU, no completion)
- *   never sees them ...
+ *   RDMA WRITE i into slot (i-1)%slots -->  nothing: the NIC places the data
+ *   (unsignaled, K-1 of them)               in the pool; no CPU, no completion
  *   RDMA WRITE WITH IMM, imm = i  ------->  a receive completes with imm =
  *                                           i: read slot (i-1)%slots, it
  *                                           holds i (RC keeps order)
@@ -32,8 +31,10 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,6 @@
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -107,8 +106,8 @@ struct server {
 	struct ibv_mr *pool_mr;
 	uint8_t *recv_bufs;
 	struct ibv_mr *recv_mr;
-	struct ibv_cq *cq;
 	struct ibv_srq *srq;
+	struct ibv_cq *cq;
 
 	struct pool pool;
 	struct conn *conns;
@@ -260,32 +259,15 @@ static int cq_depth(void)
 }
 
 /*
- * Everything the NIC needs is made from the device the first client arrived
- * on: a listener bound to 0.0.0.0 does not know its device until then.
+ * Registering pins the pool in RAM and gives the NIC its address
+ * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land here
+ * without this program doing anything; the NIC checks each one against the
+ * rkey and the bounds of this region.  (REMOTE_WRITE requires LOCAL_WRITE.)
  */
-static int verbs_open(struct server *srv, struct ibv_context *verbs)
+static int pool_register(struct server *srv)
 {
-	struct ibv_srq_init_attr srq_attr = {
-		.attr = { .max_wr = SRQ_DEPTH, .max_sge = 1 },
-	};
 	size_t size = srv->opt.pool_size;
 
-	/*
-	 * A protection domain ties together the objects that may be used with
-	 * each other: a QP can only touch memory registered in its own PD.
-	 */
-	srv->verbs = verbs;
-	srv->pd = ibv_alloc_pd(verbs);
-	if (!srv->pd)
-		return fail("ibv_alloc_pd", errno);
-
-	/*
-	 * Registering pins the pool in RAM and gives the NIC its address
-	 * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land
-	 * here without this program doing anything; the NIC checks each one
-	 * against the rkey and the bounds of this region.  (REMOTE_WRITE
-	 * requires LOCAL_WRITE too.)
-	 */
 	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
 	if (!srv->pool_mem)
 		return fail("aligned_alloc(pool)", ENOMEM);
@@ -296,6 +278,20 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 				   IBV_ACCESS_REMOTE_READ);
 	if (!srv->pool_mr)
 		return fail("ibv_reg_mr(pool)", errno);
+	return 0;
+}
+
+/*
+ * The shared receive queue: one stock of receive buffers for all the QPs
+ * attached to it.  Posting them all now means the first message of the
+ * first client already finds a buffer waiting.
+ */
+static int srq_open(struct server *srv)
+{
+	struct ibv_srq_init_attr attr = {
+		.attr.max_wr = SRQ_DEPTH,
+		.attr.max_sge = 1,
+	};
 
 	srv->recv_bufs = calloc(SRQ_DEPTH, RECV_BUF_SIZE);
 	if (!srv->recv_bufs)
@@ -305,17 +301,7 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 			   IBV_ACCESS_LOCAL_WRITE);
 	if (!srv->recv_mr)
 		return fail("ibv_reg_mr(receive buffers)", errno);
-
-	srv->cq = ibv_create_cq(verbs, cq_depth(), NULL, NULL, 0);
-	if (!srv->cq)
-		return fail("ibv_create_cq", errno);
-
-	/*
-	 * The shared receive queue: one stock of receive buffers for all the
-	 * QPs attached to it.  Posting them all now means the first message
-	 * of the first client already finds a buffer waiting.
-	 */
-	srv->srq = ibv_create_srq(srv->pd, &srq_attr);
+	srv->srq = ibv_create_srq(srv->pd, &attr);
 	if (!srv->srq)
 		return fail("ibv_create_srq", errno);
 	for (uint32_t i = 0; i < SRQ_DEPTH; i++) {
@@ -328,15 +314,49 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 }
 
 /*
+ * One CQ for everything: every QP's sends and the SRQ's receives.  The tick
+ * loop polls it, so it needs nothing else.
+ */
+static int cq_open(struct server *srv)
+{
+	srv->cq = ibv_create_cq(srv->verbs, cq_depth(), NULL, NULL, 0);
+	return srv->cq ? 0 : fail("ibv_create_cq", errno);
+}
+
+/*
+ * Everything the NIC needs is made from the device the first client arrived
+ * on: a listener bound to 0.0.0.0 does not know its device until then.
+ */
+static int verbs_open(struct server *srv, struct ibv_context *verbs)
+{
+	int err;
+
+	/*
+	 * A protection domain ties together the objects that may be used with
+	 * each other: a QP can only touch memory registered in its own PD.
+	 */
+	srv->verbs = verbs;
+	srv->pd = ibv_alloc_pd(verbs);
+	if (!srv->pd)
+		return fail("ibv_alloc_pd", errno);
+	err = pool_register(srv);
+	if (!err)
+		err = srq_open(srv);
+	if (!err)
+		err = cq_open(srv);
+	return err;
+}
+
+/*
  * Undo verbs_open() in reverse, from wherever it stopped.  No QP may still
  * be attached to the SRQ, and none may use the CQ.
  */
 static void verbs_close(struct server *srv)
 {
-	if (srv->srq)
-		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
 	if (srv->cq)
 		check("ibv_destroy_cq", ibv_destroy_cq(srv->cq));
+	if (srv->srq)
+		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
 	if (srv->recv_mr)
 		check("ibv_dereg_mr(receive buffers)",
 		      ibv_dereg_mr(srv->recv_mr));
@@ -346,8 +366,8 @@ static void verbs_close(struct server *srv)
 	free(srv->pool_mem);
 	if (srv->pd)
 		check("ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
-	srv->srq = NULL;
 	srv->cq = NULL;
+	srv->srq = NULL;
 	srv->recv_mr = NULL;
 	srv->recv_bufs = NULL;
 	srv->pool_mr = NULL;
@@ -598,7 +618,9 @@ static int on_completion(void *ctx, const struct ibv_wc *wc)
 	struct conn *conn = conn_find(srv, wc->qp_num);
 
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) {
-		if (conn)
+		/* conn is NULL, or a newer one that reuses the qp_num, if
+		 * this reply outlived its connection. */
+		if (conn && conn->sending)
 			conn->sending--;
 		if (wc->status != IBV_WC_SUCCESS &&
 		    wc->status != IBV_WC_WR_FLUSH_ERR)

@@ -13,9 +13,8 @@
  *   SEND REQ_ALLOC{size} --------------->   a receive on the SRQ completes:
  *                                           carve a slice from the pool
  *                 <----------------------   SEND RESP_ALLOC{addr,rkey,size}
- *   RDMA WRITE i into slot (i-1)%slots       (nothing: the NIC writes into
- *   ... unsignaled, the server's CPU          the pool; no CPU, no completion)
- *   never sees them ...
+ *   RDMA WRITE i into slot (i-1)%slots -->  nothing: the NIC places the data
+ *   (unsignaled, K-1 of them)               in the pool; no CPU, no completion
  *   RDMA WRITE WITH IMM, imm = i  ------->  a receive completes with imm =
  *                                           i: read slot (i-1)%slots, it
  *                                           holds i (RC keeps order)
@@ -33,8 +32,10 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,8 +43,6 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -109,13 +108,13 @@ struct server {
 	struct ibv_mr *pool_mr;
 	uint8_t *recv_bufs;
 	struct ibv_mr *recv_mr;
+	struct ibv_srq *srq;
 	uint8_t *send_bufs;
 	struct ibv_mr *send_mr;
 	uint32_t send_free[SEND_BUFS]; /* a stack of free send_bufs indices */
 	uint32_t nsend_free;
 	struct ibv_comp_channel *comp;
 	struct ibv_cq *cq;
-	struct ibv_srq *srq;
 
 	struct pool pool;
 	struct conn *conns;
@@ -267,33 +266,15 @@ static int cq_depth(void)
 }
 
 /*
- * Everything the NIC needs is made from the device the first client arrived
- * on: a listener bound to 0.0.0.0 does not know its device until then.
+ * Registering pins the pool in RAM and gives the NIC its address
+ * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land here
+ * without this program doing anything; the NIC checks each one against the
+ * rkey and the bounds of this region.  (REMOTE_WRITE requires LOCAL_WRITE.)
  */
-static int verbs_open(struct server *srv, struct ibv_context *verbs)
+static int pool_register(struct server *srv)
 {
-	struct ibv_srq_init_attr srq_attr = {
-		.attr = { .max_wr = SRQ_DEPTH, .max_sge = 1 },
-	};
 	size_t size = srv->opt.pool_size;
-	int ret;
 
-	/*
-	 * A protection domain ties together the objects that may be used with
-	 * each other: a QP can only touch memory registered in its own PD.
-	 */
-	srv->verbs = verbs;
-	srv->pd = ibv_alloc_pd(verbs);
-	if (!srv->pd)
-		return fail("ibv_alloc_pd", errno);
-
-	/*
-	 * Registering pins the pool in RAM and gives the NIC its address
-	 * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land
-	 * here without this program doing anything; the NIC checks each one
-	 * against the rkey and the bounds of this region.  (REMOTE_WRITE
-	 * requires LOCAL_WRITE too.)
-	 */
 	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
 	if (!srv->pool_mem)
 		return fail("aligned_alloc(pool)", ENOMEM);
@@ -304,6 +285,20 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 				   IBV_ACCESS_REMOTE_READ);
 	if (!srv->pool_mr)
 		return fail("ibv_reg_mr(pool)", errno);
+	return 0;
+}
+
+/*
+ * The shared receive queue: one stock of receive buffers for all the QPs
+ * attached to it.  Posting them all now means the first message of the
+ * first client already finds a buffer waiting.
+ */
+static int srq_open(struct server *srv)
+{
+	struct ibv_srq_init_attr attr = {
+		.attr.max_wr = SRQ_DEPTH,
+		.attr.max_sge = 1,
+	};
 
 	srv->recv_bufs = calloc(SRQ_DEPTH, RECV_BUF_SIZE);
 	if (!srv->recv_bufs)
@@ -313,40 +308,7 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 			   IBV_ACCESS_LOCAL_WRITE);
 	if (!srv->recv_mr)
 		return fail("ibv_reg_mr(receive buffers)", errno);
-
-	/* Replies are sent from registered buffers, each one busy from its
-	 * ibv_post_send() until its completion: see reply_send(). */
-	srv->send_bufs = calloc(SEND_BUFS, CTRL_MSG_SIZE);
-	if (!srv->send_bufs)
-		return fail("calloc(send buffers)", ENOMEM);
-	srv->send_mr = ibv_reg_mr(srv->pd, srv->send_bufs,
-				  SEND_BUFS * CTRL_MSG_SIZE, 0);
-	if (!srv->send_mr)
-		return fail("ibv_reg_mr(send buffers)", errno);
-	for (uint32_t i = 0; i < SEND_BUFS; i++)
-		srv->send_free[srv->nsend_free++] = i;
-
-	/*
-	 * A completion channel is how the NIC wakes a sleeping program: when
-	 * a CQ that has been armed with ibv_req_notify_cq() receives a
-	 * completion, the channel's file descriptor becomes readable.
-	 */
-	srv->comp = ibv_create_comp_channel(verbs);
-	if (!srv->comp)
-		return fail("ibv_create_comp_channel", errno);
-	srv->cq = ibv_create_cq(verbs, cq_depth(), NULL, srv->comp, 0);
-	if (!srv->cq)
-		return fail("ibv_create_cq", errno);
-	ret = ibv_req_notify_cq(srv->cq, 0);
-	if (ret)
-		return fail("ibv_req_notify_cq", ret);
-
-	/*
-	 * The shared receive queue: one stock of receive buffers for all the
-	 * QPs attached to it.  Posting them all now means the first message
-	 * of the first client already finds a buffer waiting.
-	 */
-	srv->srq = ibv_create_srq(srv->pd, &srq_attr);
+	srv->srq = ibv_create_srq(srv->pd, &attr);
 	if (!srv->srq)
 		return fail("ibv_create_srq", errno);
 	for (uint32_t i = 0; i < SRQ_DEPTH; i++) {
@@ -359,13 +321,75 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 }
 
 /*
+ * Replies are sent from registered buffers, each one busy from its
+ * ibv_post_send() until its completion: see reply_send().
+ */
+static int replies_open(struct server *srv)
+{
+	srv->send_bufs = calloc(SEND_BUFS, CTRL_MSG_SIZE);
+	if (!srv->send_bufs)
+		return fail("calloc(send buffers)", ENOMEM);
+	srv->send_mr = ibv_reg_mr(srv->pd, srv->send_bufs,
+				  SEND_BUFS * CTRL_MSG_SIZE, 0);
+	if (!srv->send_mr)
+		return fail("ibv_reg_mr(send buffers)", errno);
+	for (uint32_t i = 0; i < SEND_BUFS; i++)
+		srv->send_free[srv->nsend_free++] = i;
+	return 0;
+}
+
+/*
+ * One CQ for everything: every QP's sends and the SRQ's receives.  A
+ * completion channel is how the NIC wakes a sleeping program: when a CQ
+ * that has been armed with ibv_req_notify_cq() receives a completion, the
+ * channel's file descriptor becomes readable.
+ */
+static int cq_open(struct server *srv)
+{
+	int ret;
+
+	srv->comp = ibv_create_comp_channel(srv->verbs);
+	if (!srv->comp)
+		return fail("ibv_create_comp_channel", errno);
+	srv->cq = ibv_create_cq(srv->verbs, cq_depth(), NULL, srv->comp, 0);
+	if (!srv->cq)
+		return fail("ibv_create_cq", errno);
+	ret = ibv_req_notify_cq(srv->cq, 0);
+	return ret ? fail("ibv_req_notify_cq", ret) : 0;
+}
+
+/*
+ * Everything the NIC needs is made from the device the first client arrived
+ * on: a listener bound to 0.0.0.0 does not know its device until then.
+ */
+static int verbs_open(struct server *srv, struct ibv_context *verbs)
+{
+	int err;
+
+	/*
+	 * A protection domain ties together the objects that may be used with
+	 * each other: a QP can only touch memory registered in its own PD.
+	 */
+	srv->verbs = verbs;
+	srv->pd = ibv_alloc_pd(verbs);
+	if (!srv->pd)
+		return fail("ibv_alloc_pd", errno);
+	err = pool_register(srv);
+	if (!err)
+		err = srq_open(srv);
+	if (!err)
+		err = replies_open(srv);
+	if (!err)
+		err = cq_open(srv);
+	return err;
+}
+
+/*
  * Undo verbs_open() in reverse, from wherever it stopped.  No QP may still
  * be attached to the SRQ, and none may use the CQ.
  */
 static void verbs_close(struct server *srv)
 {
-	if (srv->srq)
-		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
 	if (srv->cq)
 		check("ibv_destroy_cq", ibv_destroy_cq(srv->cq));
 	if (srv->comp)
@@ -374,6 +398,8 @@ static void verbs_close(struct server *srv)
 	if (srv->send_mr)
 		check("ibv_dereg_mr(send buffers)", ibv_dereg_mr(srv->send_mr));
 	free(srv->send_bufs);
+	if (srv->srq)
+		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
 	if (srv->recv_mr)
 		check("ibv_dereg_mr(receive buffers)",
 		      ibv_dereg_mr(srv->recv_mr));
@@ -383,12 +409,12 @@ static void verbs_close(struct server *srv)
 	free(srv->pool_mem);
 	if (srv->pd)
 		check("ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
-	srv->srq = NULL;
 	srv->cq = NULL;
 	srv->comp = NULL;
 	srv->send_mr = NULL;
 	srv->send_bufs = NULL;
 	srv->nsend_free = 0;
+	srv->srq = NULL;
 	srv->recv_mr = NULL;
 	srv->recv_bufs = NULL;
 	srv->pool_mr = NULL;
@@ -644,7 +670,9 @@ static int on_completion(void *ctx, const struct ibv_wc *wc)
 
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) {
 		srv->send_free[srv->nsend_free++] = WRID_INDEX(wc->wr_id);
-		if (conn)
+		/* conn is NULL, or a newer one that reuses the qp_num, if
+		 * this reply outlived its connection. */
+		if (conn && conn->sending)
 			conn->sending--;
 		if (wc->status != IBV_WC_SUCCESS &&
 		    wc->status != IBV_WC_WR_FLUSH_ERR)
