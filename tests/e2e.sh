@@ -168,24 +168,38 @@ test_one_client() {
 	fi
 }
 
-# grants_disjoint FILE: no two granted [addr, addr + size) overlap.
+# grants_disjoint FILE: no slice is granted over one still held. Walking the
+# server's lines in order, each grant must not overlap any slice granted
+# before it and not yet freed by its connection's disconnect line.
 grants_disjoint() {
-	local lo=() hi=() a size i j
-	while read -r a size; do
-		lo+=("$((a))")
-		hi+=("$((a + size))")
-	done < <(sed -n 's/^grant qp=[^ ]* addr=\(0x[0-9a-f]*\) rkey=[^ ]* size=\([0-9]*\)$/\1 \2/p' "$1")
-	for ((i = 0; i < ${#lo[@]}; i++)); do
-		for ((j = i + 1; j < ${#lo[@]}; j++)); do
-			if ((lo[i] < hi[j] && lo[j] < hi[i])); then
-				return 1
-			fi
-		done
-	done
+	local -A lo=() hi=()
+	local kind qp addr size q grants=0
+	while read -r kind qp addr _ size; do
+		case $kind in
+		grant)
+			addr=$((${addr#addr=}))
+			size=${size#size=}
+			for q in "${!lo[@]}"; do
+				if ((lo[$q] < addr + size && addr < hi[$q])); then
+					return 1
+				fi
+			done
+			lo[$qp]=$addr
+			hi[$qp]=$((addr + size))
+			grants=$((grants + 1))
+			;;
+		disconnect)
+			unset "lo[$qp]" "hi[$qp]"
+			;;
+		esac
+	done <"$1"
+	# Every grant line must have been read, or this proves nothing.
+	[ "$grants" = "$(grep -c '^grant ' "$1")" ]
 }
 
 # Eight clients at once, asking different sizes: each is granted its own
-# chunk-rounded, non-overlapping slice, and sees all its doorbells.
+# chunk-rounded slice, overlapping no slice held at the same time, and sees
+# all its doorbells.
 test_eight_clients() {
 	local t=$1/eight_clients port=$2 i pids=() why='' start
 	local sizes=(4096 10000 1 8192 20000 4097 65536 12288)
