@@ -15,17 +15,19 @@ LIBS = $(shell pkg-config --libs libibverbs librdmacm)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
 UNIT = tests/unit_common
+PEER = tests/ctrl_peer
 
-all: $(PROGRAMS) $(UNIT)
+all: $(PROGRAMS) $(UNIT) $(PEER)
 
 $(PROGRAMS): %: %.c common/common.c common/common.h
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
-$(UNIT): tests/unit_common.c common/common.c common/common.h
+# Test tools: the unit tests, and a client that misbehaves on purpose.
+$(UNIT) $(PEER): %: %.c common/common.c common/common.h
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
 clean:
-	rm -f $(PROGRAMS) $(UNIT)
+	rm -f $(PROGRAMS) $(UNIT) $(PEER)
 	rm -rf build
 
 # Both install what is missing first (scripts/deps.sh), then build: the

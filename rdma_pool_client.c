@@ -47,6 +47,7 @@
 #define WAIT_TIMEOUT_MS 10000
 /* retry_count 7 is the most the transport allows for lost packets */
 #define TRANSPORT_RETRIES 7
+#define ACK_TIMEOUT_EXP 16 /* see ack_timeout_set() */
 /* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
 #define RNR_RETRY_FOREVER 7
 
@@ -99,21 +100,6 @@ static void usage(FILE *out)
 		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY);
 }
 
-static int parse_count(const char *what, const char *text, uint64_t min,
-		       uint32_t *value)
-{
-	uint64_t v;
-
-	if (parse_u64(text, UINT32_MAX, &v) || v < min) {
-		errorf("bad %s '%s': want a whole "
-		       "number from %" PRIu64 " to %" PRIu32 "",
-		       what, text, min, UINT32_MAX);
-		return -EINVAL;
-	}
-	*value = (uint32_t)v;
-	return 0;
-}
-
 static int parse_options(int argc, char **argv, struct options *opt)
 {
 	static const struct option longopts[] = {
@@ -123,63 +109,89 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES;
+	uint64_t every = DEFAULT_DOORBELL_EVERY, size = 0;
 	int c, err = 0;
 
-	opt->port = DEFAULT_PORT;
-	opt->writes = DEFAULT_WRITES;
-	opt->every = DEFAULT_DOORBELL_EVERY;
-	while ((c = getopt_long(argc, argv, "p:n:k:h", longopts, NULL)) != -1) {
+	opterr = 0; /* our messages, not getopt's */
+	while (!err &&
+	       (c = getopt_long(argc, argv, "p:n:k:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_port(optarg, &opt->port)) {
-				errorf("bad port "
-				       "'%s': want 1..65535",
-				       optarg);
-				err = -EINVAL;
-			}
+			err = parse_number("port", optarg, 1, UINT16_MAX,
+					   &port);
 			break;
 		case 'n':
-			err = parse_count("number of writes", optarg, 0,
-					  &opt->writes);
+			err = parse_number("number of writes", optarg, 0,
+					   UINT32_MAX, &writes);
 			break;
 		case 'k':
-			err = parse_count("doorbell interval", optarg, 1,
-					  &opt->every);
+			err = parse_number("doorbell interval", optarg, 1,
+					   UINT32_MAX, &every);
 			break;
 		case 'h':
 			opt->help = true;
 			return 0;
 		default:
-			usage(stderr);
-			return -EINVAL;
+			/* "-5" looks like an option to getopt */
+			errorf("unknown option '%s'%s", argv[optind - 1],
+			       optopt >= '0' && optopt <= '9'
+				       ? ": sizes and counts cannot be negative"
+				       : "");
+			err = -EINVAL;
 		}
-		if (err)
-			return err;
 	}
-	if (argc - optind != 2) {
-		errorf("want 2 arguments, "
-		       "<server_ip> <alloc_size_bytes>, got %d",
+	if (!err && argc - optind != 2) {
+		errorf("want 2 arguments, <server_ip> <alloc_size_bytes>, got %d",
 		       argc - optind);
+		err = -EINVAL;
+	}
+	/* 0 is passed on: refusing it is the server's job (EINVAL). */
+	if (!err)
+		err = parse_number("allocation size", argv[optind + 1], 0,
+				   UINT32_MAX, &size);
+	if (err) {
 		usage(stderr);
-		return -EINVAL;
+		return err;
 	}
 	opt->server = argv[optind];
-	/* 0 is passed on: refusing it is the server's job (EINVAL). */
-	return parse_count("allocation size", argv[optind + 1], 0, &opt->size);
+	opt->port = (uint16_t)port;
+	opt->writes = (uint32_t)writes;
+	opt->every = (uint32_t)every;
+	opt->size = (uint32_t)size;
+	return 0;
 }
 
 /* ---- the connection manager --------------------------------------------- */
 
 /*
+ * A rejecting server says why in the reject message's private data (a
+ * string); a port nobody listens on is rejected by the remote kernel with
+ * none.  Only valid until the event is acknowledged.
+ */
+static void reject_reason(const struct rdma_cm_event *event, char *buf,
+			  size_t len)
+{
+	const char *data = event->param.conn.private_data;
+	size_t n = event->param.conn.private_data_len;
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, data ? data : "", data ? n : 0);
+	buf[data ? n : 0] = '\0';
+}
+
+/*
  * Wait, at most WAIT_TIMEOUT_MS, for the next CM event and check that it is
- * the one the protocol expects now.  The event is acknowledged once its type
- * and status are copied out; nothing else of it is needed.
+ * the one the protocol expects now.  The event is acknowledged once what is
+ * needed of it has been copied out.
  */
 static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
 {
 	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
 	struct rdma_cm_event *event;
 	enum rdma_cm_event_type type;
+	char reason[64] = "";
 	int ret, status;
 
 	ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
@@ -194,18 +206,23 @@ static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
 		return fail("rdma_get_cm_event", errno);
 	type = event->event;
 	status = event->status;
+	if (type == RDMA_CM_EVENT_REJECTED)
+		reject_reason(event, reason, sizeof(reason));
 	rdma_ack_cm_event(event);
 	if (type == expected)
 		return 0;
 
-	if (type == RDMA_CM_EVENT_REJECTED)
-		errorf("%s:%u rejected the "
-		       "connection: is a server listening there?",
+	if (type == RDMA_CM_EVENT_REJECTED && reason[0]) {
+		errorf("%s:%u rejected the connection: %s", cl->opt.server,
+		       cl->opt.port, reason);
+	} else if (type == RDMA_CM_EVENT_REJECTED) {
+		errorf("%s:%u rejected the connection: is a server listening "
+		       "there?",
 		       cl->opt.server, cl->opt.port);
-	else
-		errorf("waiting for %s, got %s "
-		       "(status %d)",
+	} else {
+		errorf("waiting for %s, got %s (status %d)",
 		       rdma_event_str(expected), rdma_event_str(type), status);
+	}
 	return type == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED : -EPROTO;
 }
 
@@ -252,6 +269,22 @@ static int cm_resolve(struct client *cl)
 	if (rdma_resolve_route(cl->id, RESOLVE_TIMEOUT_MS))
 		return fail("rdma_resolve_route", errno);
 	return cm_wait(cl, RDMA_CM_EVENT_ROUTE_RESOLVED);
+}
+
+/*
+ * How long the NIC waits for an acknowledgement before it resends, as an
+ * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
+ * server that vanished mid-stream fails our next work request after about
+ * two seconds, where RoCE's default (2^18 and more) takes many.
+ */
+static int ack_timeout_set(struct client *cl)
+{
+	uint8_t exponent = ACK_TIMEOUT_EXP;
+
+	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+			    &exponent, sizeof(exponent)))
+		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
+	return 0;
 }
 
 /* ---- verbs objects ------------------------------------------------------ */
@@ -631,7 +664,11 @@ int main(int argc, char **argv)
 		return EXIT_SUCCESS;
 	}
 
-	err = cm_resolve(&cl);
+	err = devices_check();
+	if (!err)
+		err = cm_resolve(&cl);
+	if (!err)
+		err = ack_timeout_set(&cl);
 	if (!err)
 		err = verbs_open(&cl);
 	if (!err)

@@ -48,19 +48,22 @@
 #include "common/common.h"
 
 /*
- * Receives kept posted on the SRQ.  Every control message and every doorbell
- * (a WRITE_WITH_IMM) consumes one; when the SRQ is empty the NIC answers the
- * client "receiver not ready" and the client's NIC retries (see
- * rnr_retry_count), so a small SRQ slows clients down but loses nothing.
+ * Receives kept posted on the SRQ (--srq-depth).  Every control message and
+ * every doorbell (a WRITE_WITH_IMM) consumes one; when the SRQ is empty the
+ * NIC answers the client "receiver not ready" and the client's NIC retries
+ * (see rnr_retry_count), so a small SRQ slows clients down but loses nothing.
  */
-#define SRQ_DEPTH 128
+#define DEFAULT_SRQ_DEPTH 128
+#define MAX_SRQ_DEPTH 65536 /* ours; the device may allow fewer */
 /*
  * A receive buffer is larger than a ctrl_msg so that a peer who sends a few
  * bytes too many gets an EBADMSG reply; a message that does not fit at all
  * makes the receive fail with IBV_WC_LOC_LEN_ERR and kills that connection.
  */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
-#define MAX_CONNS 64 /* connections at once: sizes the CQ, see cq_depth */
+/* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
+#define DEFAULT_MAX_CONNS 64
+#define MAX_MAX_CONNS 1024
 /*
  * Replies one connection may have in flight.  The protocol is request /
  * reply, so a well-behaved client has at most one; a peer that piles up
@@ -81,7 +84,9 @@
 
 struct options {
 	uint16_t port;
-	size_t pool_size;
+	uint32_t pool_size;
+	uint32_t srq_depth;
+	uint32_t max_conns;
 	bool help;
 };
 
@@ -120,12 +125,15 @@ struct server {
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: rdma_pool_server [options]\n"
+		"usage: %s [options]\n"
 		"  -p, --port PORT        port to listen on (default %d)\n"
 		"      --pool-size BYTES  size of the pool, a multiple of %d\n"
 		"                         (default %u)\n"
+		"      --srq-depth N      receives kept posted (default %d)\n"
+		"      --max-conns N      clients at once (default %d)\n"
 		"  -h, --help             show this text\n",
-		DEFAULT_PORT, POOL_CHUNK_SIZE, DEFAULT_POOL_SIZE);
+		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
+		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS);
 }
 
 static int parse_options(int argc, char **argv, struct options *opt)
@@ -133,31 +141,39 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	static const struct option longopts[] = {
 		{ "port", required_argument, NULL, 'p' },
 		{ "pool-size", required_argument, NULL, 'P' },
+		{ "srq-depth", required_argument, NULL, 'S' },
+		{ "max-conns", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t size = DEFAULT_POOL_SIZE;
-	int c;
+	uint64_t port = DEFAULT_PORT, size = DEFAULT_POOL_SIZE;
+	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
+	int c, err = 0;
 
-	opt->port = DEFAULT_PORT;
-	while ((c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
+	while (!err &&
+	       (c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_port(optarg, &opt->port)) {
-				errorf("bad port '%s': "
-				       "want 1..65535",
-				       optarg);
-				return -EINVAL;
-			}
+			err = parse_number("port", optarg, 1, UINT16_MAX,
+					   &port);
 			break;
 		case 'P':
-			if (parse_u64(optarg, UINT32_MAX, &size) || size == 0 ||
-			    size % POOL_CHUNK_SIZE) {
-				errorf("bad pool size "
-				       "'%s': want a positive multiple of %d",
+			err = parse_number("pool size", optarg, POOL_CHUNK_SIZE,
+					   UINT32_MAX, &size);
+			if (!err && size % POOL_CHUNK_SIZE) {
+				errorf("bad pool size '%s': want a multiple "
+				       "of %d",
 				       optarg, POOL_CHUNK_SIZE);
-				return -EINVAL;
+				err = -EINVAL;
 			}
+			break;
+		case 'S':
+			err = parse_number("SRQ depth", optarg, 1,
+					   MAX_SRQ_DEPTH, &srq_depth);
+			break;
+		case 'C':
+			err = parse_number("connection limit", optarg, 1,
+					   MAX_MAX_CONNS, &max_conns);
 			break;
 		case 'h':
 			opt->help = true;
@@ -167,18 +183,22 @@ static int parse_options(int argc, char **argv, struct options *opt)
 			return -EINVAL;
 		}
 	}
-	if (optind < argc) {
+	if (!err && optind < argc) {
 		errorf("unexpected argument '%s'", argv[optind]);
-		return -EINVAL;
+		err = -EINVAL;
 	}
-	opt->pool_size = size;
-	return 0;
+	opt->port = (uint16_t)port;
+	opt->pool_size = (uint32_t)size;
+	opt->srq_depth = (uint32_t)srq_depth;
+	opt->max_conns = (uint32_t)max_conns;
+	return err;
 }
 
 /*
- * SIGINT and SIGTERM arrive as readable data on a file descriptor instead of
+ * Signals arrive as readable data on a file descriptor instead of
  * interrupting the program: the loop checks it like any other source of
- * work, and no global flag is needed.
+ * work, and no global flag is needed.  SIGINT and SIGTERM stop the server,
+ * SIGUSR1 asks for its counters.
  */
 static int signals_open(struct server *srv)
 {
@@ -187,12 +207,20 @@ static int signals_open(struct server *srv)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGUSR1);
 	if (sigprocmask(SIG_BLOCK, &mask, NULL))
 		return fail("sigprocmask", errno);
 	srv->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (srv->sigfd < 0)
 		return fail("signalfd", errno);
 	return 0;
+}
+
+/* What is in use right now: after every client has gone, 0 and 0. */
+static void stats_print(const struct server *srv, const char *what)
+{
+	printf("%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64 "\n",
+	       what, srv->nconns, srv->pool.used, srv->doorbells);
 }
 
 /* ---- listening ---------------------------------------------------------- */
@@ -218,11 +246,16 @@ static int listen_open(struct server *srv)
 		return fail("fcntl(O_NONBLOCK)", errno);
 	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
 		return fail("rdma_create_id", errno);
-	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr))
-		return fail("rdma_bind_addr", errno);
+	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr)) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "rdma_bind_addr(0.0.0.0:%u)",
+			 srv->opt.port);
+		return fail(what, errno);
+	}
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
-	printf("listen port=%u pool_size=%zu\n", srv->opt.port,
+	printf("listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
 	       srv->opt.pool_size);
 	return 0;
 }
@@ -251,11 +284,12 @@ static int recv_post(struct server *srv, uint32_t index)
  * The CQ must have room for every completion that can be outstanding at
  * once, or the NIC overruns it and the CQ goes into error.  Receives: at
  * most one per SRQ entry, since a buffer is reposted only after its
- * completion is handled.  Sends: at most SEND_DEPTH per connection.
+ * completion is handled.  Sends: at most SEND_DEPTH per connection, and
+ * --max-conns connections.  (At most 1024 * 8 + 65536: no int overflow.)
  */
-static int cq_depth(void)
+static int cq_depth(const struct options *opt)
 {
-	return SRQ_DEPTH + MAX_CONNS * SEND_DEPTH;
+	return (int)(opt->srq_depth + opt->max_conns * SEND_DEPTH);
 }
 
 /*
@@ -282,35 +316,52 @@ static int pool_register(struct server *srv)
 }
 
 /*
+ * Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
+ * an eighth of the SRQ's receives are left: a sign that the server is not
+ * keeping up and clients are about to hear "receiver not ready".  The limit
+ * disarms itself when it fires; we do not re-arm it, one line is enough.
+ */
+static int srq_limit_arm(struct server *srv)
+{
+	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
+
+	if (!attr.srq_limit)
+		return 0;
+	return check("ibv_modify_srq(srq_limit)",
+		     ibv_modify_srq(srv->srq, &attr, IBV_SRQ_LIMIT));
+}
+
+/*
  * The shared receive queue: one stock of receive buffers for all the QPs
  * attached to it.  Posting them all now means the first message of the
  * first client already finds a buffer waiting.
  */
 static int srq_open(struct server *srv)
 {
+	uint32_t depth = srv->opt.srq_depth;
 	struct ibv_srq_init_attr attr = {
-		.attr.max_wr = SRQ_DEPTH,
+		.attr.max_wr = depth,
 		.attr.max_sge = 1,
 	};
 
-	srv->recv_bufs = calloc(SRQ_DEPTH, RECV_BUF_SIZE);
+	srv->recv_bufs = calloc(depth, RECV_BUF_SIZE);
 	if (!srv->recv_bufs)
 		return fail("calloc(receive buffers)", ENOMEM);
 	srv->recv_mr =
-		ibv_reg_mr(srv->pd, srv->recv_bufs, SRQ_DEPTH * RECV_BUF_SIZE,
+		ibv_reg_mr(srv->pd, srv->recv_bufs, depth * RECV_BUF_SIZE,
 			   IBV_ACCESS_LOCAL_WRITE);
 	if (!srv->recv_mr)
 		return fail("ibv_reg_mr(receive buffers)", errno);
 	srv->srq = ibv_create_srq(srv->pd, &attr);
 	if (!srv->srq)
 		return fail("ibv_create_srq", errno);
-	for (uint32_t i = 0; i < SRQ_DEPTH; i++) {
+	for (uint32_t i = 0; i < depth; i++) {
 		int err = recv_post(srv, i);
 
 		if (err)
 			return err;
 	}
-	return 0;
+	return srq_limit_arm(srv);
 }
 
 /*
@@ -319,7 +370,7 @@ static int srq_open(struct server *srv)
  */
 static int cq_open(struct server *srv)
 {
-	srv->cq = ibv_create_cq(srv->verbs, cq_depth(), NULL, NULL, 0);
+	srv->cq = ibv_create_cq(srv->verbs, cq_depth(&srv->opt), NULL, NULL, 0);
 	return srv->cq ? 0 : fail("ibv_create_cq", errno);
 }
 
@@ -336,6 +387,8 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 	 * each other: a QP can only touch memory registered in its own PD.
 	 */
 	srv->verbs = verbs;
+	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
+		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
 	srv->pd = ibv_alloc_pd(verbs);
 	if (!srv->pd)
 		return fail("ibv_alloc_pd", errno);
@@ -467,11 +520,14 @@ static void conn_close(struct server *srv, struct conn *conn)
 	free(conn);
 }
 
-/* Refuse a connect request, and drop its cm_id. */
+/*
+ * Refuse a connect request, and drop its cm_id.  The reason travels to the
+ * client as the reject message's private data, so it can say why too.
+ */
 static void conn_reject(struct rdma_cm_id *id, const char *reason)
 {
 	printf("reject reason=%s\n", reason);
-	if (rdma_reject(id, NULL, 0))
+	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
 		fail("rdma_reject", errno);
 	rdma_destroy_id(id);
 }
@@ -633,6 +689,56 @@ static int on_completion(void *ctx, const struct ibv_wc *wc)
 	return recv_post(srv, WRID_INDEX(wc->wr_id));
 }
 
+/* ---- asynchronous events ----------------------------------------------- */
+
+/*
+ * The device reports trouble that belongs to no work request as an
+ * asynchronous event: a QP that broke, a CQ that overran, an SRQ running
+ * low.  Each is named on a line and acknowledged (ibv_destroy_qp() and
+ * friends wait until their events have been).  Returns 1 if one was
+ * handled, 0 if there was none, or a negative errno if the server must stop.
+ */
+static int async_handle(struct server *srv)
+{
+	struct ibv_async_event event;
+	const char *name;
+	struct conn *conn;
+	int ret = 1;
+
+	if (ibv_get_async_event(srv->verbs, &event))
+		return errno == EAGAIN ? 0 : fail("ibv_get_async_event", errno);
+	name = async_event_name(event.event_type);
+
+	switch (event.event_type) {
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		/* Every QP on an SRQ says this as it enters the error state,
+		 * that is, at every disconnect: nothing to report. */
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+		printf("async event=%s qp=0x%" PRIx32 "\n", name,
+		       event.element.qp->qp_num);
+		conn = conn_find(srv, event.element.qp->qp_num);
+		if (conn)
+			rdma_disconnect(conn->id); /* DISCONNECTED follows */
+		break;
+	case IBV_EVENT_CQ_ERR:
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_DEVICE_FATAL:
+		printf("async event=%s\n", name);
+		errorf("%s: completions can no longer be trusted: stopping",
+		       name);
+		ret = -EIO;
+		break;
+	default:
+		printf("async event=%s\n", name);
+		break;
+	}
+	ibv_ack_async_event(&event);
+	return ret;
+}
+
 /* ---- connection manager events ------------------------------------------ */
 
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
@@ -650,7 +756,7 @@ static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 		conn_reject(id, "other-device");
 		return 0;
 	}
-	if (srv->nconns == MAX_CONNS) {
+	if (srv->nconns == srv->opt.max_conns) {
 		conn_reject(id, "server-full");
 		return 0;
 	}
@@ -709,20 +815,37 @@ static int cm_handle(struct server *srv)
 
 /* ---- the tick loop ------------------------------------------------------ */
 
-/* The number of the signal that asked us to stop, or 0. */
-static int signal_pending(struct server *srv)
+/*
+ * Take a pending signal, if any.  SIGUSR1 prints the counters; SIGINT and
+ * SIGTERM return their number, which ends the loop.  0: go on.
+ */
+static int signal_take(struct server *srv)
 {
 	struct signalfd_siginfo info;
 
 	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
 		return 0;
+	if (info.ssi_signo == SIGUSR1) {
+		stats_print(srv, "stats");
+		return 0;
+	}
 	return (int)info.ssi_signo;
 }
 
+/* The last line: which signal, and what was still in use. */
+static void shutdown_print(const struct server *srv, int signo)
+{
+	char what[48];
+
+	snprintf(what, sizeof(what), "shutdown signal=SIG%s",
+		 sigabbrev_np(signo));
+	stats_print(srv, what);
+}
+
 /*
- * Each tick asks the connection manager for news and empties the CQ.  While
- * there is work it loops at once; an idle tick sleeps, so that a server
- * nobody talks to does not spin a core at 100%.
+ * Each tick asks the connection manager and the device for news and
+ * empties the CQ.  While there is work it loops at once; an idle tick
+ * sleeps, so that a server nobody talks to does not spin a core at 100%.
  */
 static int serve(struct server *srv)
 {
@@ -730,23 +853,25 @@ static int serve(struct server *srv)
 	int signo = 0;
 
 	while (!signo) {
-		int events = cm_handle(srv), completions = 0;
+		int busy = cm_handle(srv), ret;
 
-		if (events < 0)
-			return events;
+		if (busy < 0)
+			return busy;
 		if (srv->cq) {
-			completions = cq_drain(srv->cq, on_completion, srv);
-			if (completions < 0)
-				return completions;
+			ret = async_handle(srv);
+			if (ret < 0)
+				return ret;
+			busy += ret;
+			ret = cq_drain(srv->cq, on_completion, srv);
+			if (ret < 0)
+				return ret;
+			busy += ret;
 		}
-		signo = signal_pending(srv);
-		if (!events && !completions && !signo)
+		signo = signal_take(srv);
+		if (!busy && !signo)
 			nanosleep(&tick, NULL);
 	}
-	printf("shutdown signal=SIG%s connections=%u chunks_in_use=%zu "
-	       "doorbells=%" PRIu64 "\n",
-	       sigabbrev_np(signo), srv->nconns, srv->pool.used,
-	       srv->doorbells);
+	shutdown_print(srv, signo);
 	return 0;
 }
 
@@ -778,9 +903,12 @@ int main(int argc, char **argv)
 		return EXIT_SUCCESS;
 	}
 
-	err = pool_init(&srv.pool, srv.opt.pool_size);
-	if (err)
-		fail("pool_init", -err);
+	err = devices_check();
+	if (!err) {
+		err = pool_init(&srv.pool, srv.opt.pool_size);
+		if (err)
+			fail("pool_init", -err);
+	}
 	if (!err)
 		err = signals_open(&srv);
 	if (!err)

@@ -5,6 +5,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +263,38 @@ const char *wc_opcode_name(enum ibv_wc_opcode opcode)
 	}
 }
 
+/* The asynchronous events' names, as wc_status_name() does for statuses. */
+const char *async_event_name(enum ibv_event_type type)
+{
+	static const char *const names[] = {
+		[IBV_EVENT_CQ_ERR] = "IBV_EVENT_CQ_ERR",
+		[IBV_EVENT_QP_FATAL] = "IBV_EVENT_QP_FATAL",
+		[IBV_EVENT_QP_REQ_ERR] = "IBV_EVENT_QP_REQ_ERR",
+		[IBV_EVENT_QP_ACCESS_ERR] = "IBV_EVENT_QP_ACCESS_ERR",
+		[IBV_EVENT_COMM_EST] = "IBV_EVENT_COMM_EST",
+		[IBV_EVENT_SQ_DRAINED] = "IBV_EVENT_SQ_DRAINED",
+		[IBV_EVENT_PATH_MIG] = "IBV_EVENT_PATH_MIG",
+		[IBV_EVENT_PATH_MIG_ERR] = "IBV_EVENT_PATH_MIG_ERR",
+		[IBV_EVENT_DEVICE_FATAL] = "IBV_EVENT_DEVICE_FATAL",
+		[IBV_EVENT_PORT_ACTIVE] = "IBV_EVENT_PORT_ACTIVE",
+		[IBV_EVENT_PORT_ERR] = "IBV_EVENT_PORT_ERR",
+		[IBV_EVENT_LID_CHANGE] = "IBV_EVENT_LID_CHANGE",
+		[IBV_EVENT_PKEY_CHANGE] = "IBV_EVENT_PKEY_CHANGE",
+		[IBV_EVENT_SM_CHANGE] = "IBV_EVENT_SM_CHANGE",
+		[IBV_EVENT_SRQ_ERR] = "IBV_EVENT_SRQ_ERR",
+		[IBV_EVENT_SRQ_LIMIT_REACHED] = "IBV_EVENT_SRQ_LIMIT_REACHED",
+		[IBV_EVENT_QP_LAST_WQE_REACHED] =
+			"IBV_EVENT_QP_LAST_WQE_REACHED",
+		[IBV_EVENT_CLIENT_REREGISTER] = "IBV_EVENT_CLIENT_REREGISTER",
+		[IBV_EVENT_GID_CHANGE] = "IBV_EVENT_GID_CHANGE",
+		[IBV_EVENT_WQ_FATAL] = "IBV_EVENT_WQ_FATAL",
+	};
+
+	if ((size_t)type < sizeof(names) / sizeof(names[0]) && names[type])
+		return names[type];
+	return "IBV_EVENT_(unknown)";
+}
+
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
 
 /*
@@ -313,17 +346,18 @@ int parse_u64(const char *text, uint64_t max, uint64_t *value)
 	return 0;
 }
 
-int parse_port(const char *text, uint16_t *port)
+/*
+ * A command-line number from min to max, or a message that names what was
+ * wrong with it and -EINVAL.
+ */
+int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
+		 uint64_t *value)
 {
-	uint64_t v;
-	int err = parse_u64(text, UINT16_MAX, &v);
-
-	if (err)
-		return err;
-	if (v == 0)
-		return -ERANGE;
-	*port = (uint16_t)v;
-	return 0;
+	if (parse_u64(text, max, value) == 0 && *value >= min)
+		return 0;
+	errorf("bad %s '%s': want a whole number from %" PRIu64 " to %" PRIu64,
+	       what, text, min, max);
+	return -EINVAL;
 }
 
 /* "EINVAL" for EINVAL: the status names the protocol speaks in. */
@@ -354,6 +388,28 @@ int fail(const char *what, int err)
 int check(const char *what, int ret)
 {
 	return ret ? fail(what, ret) : 0;
+}
+
+/*
+ * Without an RDMA device the connection manager fails with a bare "No such
+ * device", or worse, a server listens happily and never hears a thing.  Say
+ * what is missing and how to get it.
+ */
+int devices_check(void)
+{
+	struct ibv_device **list;
+	int n = 0;
+
+	list = ibv_get_device_list(&n);
+	if (list)
+		ibv_free_device_list(list);
+	if (n > 0)
+		return 0;
+	errorf("no RDMA device found.  Bring up Soft-RoCE on a network "
+	       "interface: 'rdma link add rxe0 type rxe netdev eth0' (as "
+	       "root, kernel module rdma_rxe), or run through "
+	       "scripts/soft-roce.sh, which does it for you");
+	return -ENODEV;
 }
 
 /* Any other error: "program: message" on stderr. */

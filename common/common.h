@@ -98,6 +98,7 @@ const char *slot_verdict_name(enum slot_verdict verdict);
 
 const char *wc_status_name(enum ibv_wc_status status);
 const char *wc_opcode_name(enum ibv_wc_opcode opcode);
+const char *async_event_name(enum ibv_event_type type);
 
 typedef int (*wc_handler)(void *ctx, const struct ibv_wc *wc);
 int cq_drain(struct ibv_cq *cq, wc_handler handle, void *ctx);
@@ -105,9 +106,11 @@ int cq_drain(struct ibv_cq *cq, wc_handler handle, void *ctx);
 /* ---- small utilities ---------------------------------------------------- */
 
 int parse_u64(const char *text, uint64_t max, uint64_t *value);
-int parse_port(const char *text, uint16_t *port);
+int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
+		 uint64_t *value);
 const char *errno_name(int err);
 int fail(const char *what, int err);
+int devices_check(void);
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int check(const char *what, int ret);
 

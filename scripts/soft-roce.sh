@@ -35,11 +35,39 @@ existing_rxe_addr() {
 	return 1
 }
 
-# Gets this kernel a usable rxe device: sets RDMA_ADDR and host_how, or
-# sets why_not and fails.
+# True if one rping (client and server on ADDR) gets through.
+rping_works() {
+	local addr=$1 server ok=1
+	timeout 10 rping -s -a "$addr" -C 1 >/dev/null 2>&1 &
+	server=$!
+	# The client does not wait for the server to listen: retry a little.
+	for _ in 1 2 3 4 5; do
+		if timeout 10 rping -c -a "$addr" -C 1 >/dev/null 2>&1; then
+			ok=0
+			break
+		fi
+		sleep 0.5
+	done
+	kill "$server" 2>/dev/null || true
+	wait "$server" || true
+	return "$ok"
+}
+
+# Gets this kernel a working rxe device: sets RDMA_ADDR and host_how, or
+# sets why_not and fails. "Working" means an rping gets through: a kernel
+# can accept an rxe link that rdma_cm then cannot use (Debian's 6.1 adds
+# rxe on lo, but rdma_resolve_route to 127.0.0.1 fails: No such device).
 try_host() {
 	local addr err
+	if ! command -v rping >/dev/null; then
+		why_not="no rping to check the device with (rdmacm-utils)"
+		return 1
+	fi
 	if addr=$(existing_rxe_addr); then
+		if ! rping_works "$addr"; then
+			why_not="an rxe device exists, but rping to $addr fails"
+			return 1
+		fi
 		RDMA_ADDR=$addr
 		host_how="an existing rxe device"
 		return 0
@@ -48,9 +76,13 @@ try_host() {
 		why_not="modprobe rdma_rxe: ${err:-failed}"
 		return 1
 	fi
-	# rxe on lo needs a recent kernel: 6.1 refuses it ("failed to add lo").
 	if ! err=$(rdma link add rxe_lo type rxe netdev lo 2>&1); then
 		why_not="rdma link add rxe_lo type rxe netdev lo: ${err:-failed}"
+		return 1
+	fi
+	if ! rping_works 127.0.0.1; then
+		rdma link delete rxe_lo
+		why_not="rxe_lo on lo was added, but rping to 127.0.0.1 fails"
 		return 1
 	fi
 	trap 'rdma link delete rxe_lo' EXIT
@@ -76,7 +108,7 @@ main() {
 		if ! try_host; then
 			say "mode host impossible: this kernel ($(uname -r))" \
 				"cannot run Soft-RoCE: $why_not"
-			say "use SOFT_ROCE_MODE=vm (needs: scripts/deps.sh)," \
+			say "use SOFT_ROCE_MODE=vm (scripts/deps.sh installs its needs)," \
 				"or run as root on a kernel with rdma_rxe"
 			exit 1
 		fi

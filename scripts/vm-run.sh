@@ -255,8 +255,8 @@ main() {
 		die "the VM timed out after ${VM_TIMEOUT}s (VM_TIMEOUT)"
 	fi
 	die "the VM stopped without reporting the exit status of '$*'" \
-		"(qemu exit $status; setup failed or the kernel crashed:" \
-		"see the messages above)"
+		"(qemu exit $status: setup failed, the kernel crashed or qemu" \
+		"was stopped; see the messages above)"
 }
 
 main "$@"

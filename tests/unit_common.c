@@ -308,16 +308,16 @@ static void test_parse_u64(void)
 	EXPECT(parse_u64("0x10", UINT32_MAX, &v) == -EINVAL);
 }
 
-static void test_parse_port(void)
+static void test_parse_number(void)
 {
-	uint16_t port = 0;
+	uint64_t v = 0;
 
-	EXPECT(parse_port("7471", &port) == 0 && port == 7471);
-	EXPECT(parse_port("1", &port) == 0 && port == 1);
-	EXPECT(parse_port("65535", &port) == 0 && port == 65535);
-	EXPECT(parse_port("0", &port) == -ERANGE);
-	EXPECT(parse_port("65536", &port) == -ERANGE);
-	EXPECT(parse_port("port", &port) == -EINVAL);
+	EXPECT(parse_number("port", "7471", 1, 65535, &v) == 0 && v == 7471);
+	EXPECT(parse_number("port", "1", 1, 65535, &v) == 0 && v == 1);
+	EXPECT(parse_number("port", "65535", 1, 65535, &v) == 0);
+	EXPECT(parse_number("port", "0", 1, 65535, &v) == -EINVAL);
+	EXPECT(parse_number("port", "65536", 1, 65535, &v) == -EINVAL);
+	EXPECT(parse_number("port", "port", 1, 65535, &v) == -EINVAL);
 }
 
 static void test_names(void)
@@ -353,7 +353,7 @@ static const struct {
 	{ "alloc_request_statuses", test_alloc_request_statuses },
 	{ "slot_check", test_slot_check },
 	{ "parse_u64", test_parse_u64 },
-	{ "parse_port", test_parse_port },
+	{ "parse_number", test_parse_number },
 	{ "names", test_names },
 };
 

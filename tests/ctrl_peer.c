@@ -1,0 +1,300 @@
+/*
+ * ctrl_peer.c - a client that misbehaves on purpose, for the end-to-end
+ * tests: it sends control messages of any length and content, and writes or
+ * reads wherever it is told, inside its slice or not.
+ *
+ *   usage: ctrl_peer <server_ip> <port> STEP...
+ *
+ *   req:SIZE          a well-formed REQ_ALLOC for SIZE bytes
+ *   send:LEN:MAGIC:VERSION:TYPE:SIZE
+ *                     a control message with these fields, cut or padded
+ *                     with zeros to LEN bytes
+ *   write:OFF:VALUE   RDMA WRITE the 32-bit VALUE at granted addr + OFF
+ *                     (OFF in bytes, may be negative)
+ *   read:OFF          RDMA READ the 32 bits at granted addr + OFF
+ *   sleep:MS          hold the connection that long
+ *
+ * Each step prints one line: "reply status=... size=... rkey=...",
+ * "write off=... status=IBV_WC_...", "read off=... value=... status=...".
+ * Exits 0 once every step has run, whatever the server answered, and 1 if
+ * it could not connect or a step got no answer at all.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "common/common.h"
+
+#define TIMEOUT_MS 10000
+#define BUF_SIZE 256 /* the largest message a step may send */
+
+struct peer {
+	struct rdma_event_channel *events;
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	uint8_t buf[3][BUF_SIZE]; /* send, receive, RDMA source/target */
+	uint64_t addr;		  /* of the granted slice, once granted */
+	uint32_t rkey;
+};
+
+static int cm_expect(struct peer *p, enum rdma_cm_event_type expected)
+{
+	struct pollfd pfd = { .fd = p->events->fd, .events = POLLIN };
+	struct rdma_cm_event *event;
+	enum rdma_cm_event_type type;
+
+	if (poll(&pfd, 1, TIMEOUT_MS) != 1) {
+		errorf("no %s", rdma_event_str(expected));
+		return -ETIMEDOUT;
+	}
+	if (rdma_get_cm_event(p->events, &event))
+		return fail("rdma_get_cm_event", errno);
+	type = event->event;
+	rdma_ack_cm_event(event);
+	if (type != expected) {
+		errorf("got %s, not %s", rdma_event_str(type),
+		       rdma_event_str(expected));
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int peer_connect(struct peer *p, const char *server, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_INET }, *ai;
+	struct ibv_qp_init_attr attr = {
+		.qp_type = IBV_QPT_RC,
+		.cap.max_send_wr = 4,
+		.cap.max_recv_wr = 4,
+		.cap.max_send_sge = 1,
+		.cap.max_recv_sge = 1,
+	};
+	struct rdma_conn_param param = {
+		.initiator_depth = 1, /* we issue RDMA READs */
+		.retry_count = 7,
+		.rnr_retry_count = 7,
+	};
+	int err;
+
+	if (getaddrinfo(server, port, &hints, &ai)) {
+		errorf("cannot resolve %s", server);
+		return -EINVAL;
+	}
+	p->events = rdma_create_event_channel();
+	if (!p->events || rdma_create_id(p->events, &p->id, NULL, RDMA_PS_TCP))
+		err = fail("rdma_create_id", errno);
+	else if (rdma_resolve_addr(p->id, NULL, ai->ai_addr, 2000))
+		err = fail("rdma_resolve_addr", errno);
+	else
+		err = cm_expect(p, RDMA_CM_EVENT_ADDR_RESOLVED);
+	freeaddrinfo(ai);
+	if (err)
+		return err;
+	if (rdma_resolve_route(p->id, 2000))
+		return fail("rdma_resolve_route", errno);
+	err = cm_expect(p, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	if (err)
+		return err;
+
+	p->pd = ibv_alloc_pd(p->id->verbs);
+	p->cq = p->pd ? ibv_create_cq(p->id->verbs, 16, NULL, NULL, 0) : NULL;
+	if (!p->cq)
+		return fail("ibv_alloc_pd/ibv_create_cq", errno);
+	attr.send_cq = attr.recv_cq = p->cq;
+	if (rdma_create_qp(p->id, p->pd, &attr))
+		return fail("rdma_create_qp", errno);
+	p->mr = ibv_reg_mr(p->pd, p->buf, sizeof(p->buf),
+			   IBV_ACCESS_LOCAL_WRITE);
+	if (!p->mr)
+		return fail("ibv_reg_mr", errno);
+	if (rdma_connect(p->id, &param))
+		return fail("rdma_connect", errno);
+	return cm_expect(p, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+static int cq_wait(struct peer *p, struct ibv_wc *wc)
+{
+	struct timespec start, now;
+	int n;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	while ((n = ibv_poll_cq(p->cq, 1, wc)) == 0) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - start.tv_sec) * 1000 > TIMEOUT_MS) {
+			errorf("no completion within %d ms", TIMEOUT_MS);
+			return -ETIMEDOUT;
+		}
+	}
+	return n < 0 ? fail("ibv_poll_cq", EIO) : 0;
+}
+
+/* Post one work request on the send queue and wait for its completion. */
+static int send_one(struct peer *p, struct ibv_send_wr *wr, struct ibv_wc *wc)
+{
+	struct ibv_send_wr *bad;
+	int ret = ibv_post_send(p->id->qp, wr, &bad);
+
+	if (ret)
+		return fail("ibv_post_send", ret);
+	return cq_wait(p, wc);
+}
+
+static int step_send(struct peer *p, uint32_t len, const struct ctrl_msg *msg)
+{
+	struct ibv_sge rsge = { (uintptr_t)p->buf[1], BUF_SIZE, p->mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &rsge, .num_sge = 1 };
+	struct ibv_sge sge = { (uintptr_t)p->buf[0], len, p->mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = 0,
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_recv_wr *bad;
+	struct ibv_send_wr *sbad;
+	struct ctrl_msg reply;
+	struct ibv_wc wc;
+	uint32_t reply_len = 0;
+	int err;
+
+	memset(p->buf[0], 0, BUF_SIZE);
+	msg_encode(msg, p->buf[0]);
+	if (ibv_post_recv(p->id->qp, &rwr, &bad))
+		return fail("ibv_post_recv", errno);
+	if (ibv_post_send(p->id->qp, &wr, &sbad))
+		return fail("ibv_post_send", errno);
+	/* The send's and the reply's completions, in either order. */
+	for (int done = 0; done < 2; done++) {
+		err = cq_wait(p, &wc);
+		if (err)
+			return err;
+		if (wc.status != IBV_WC_SUCCESS) {
+			printf("reply status=%s\n", wc_status_name(wc.status));
+			return 0;
+		}
+		if (wc.wr_id == 1)
+			reply_len = wc.byte_len;
+	}
+	if (msg_decode(p->buf[1], reply_len, &reply)) {
+		printf("reply undecodable len=%" PRIu32 "\n", reply_len);
+		return 0;
+	}
+	if (!reply.status) {
+		p->addr = reply.addr;
+		p->rkey = reply.rkey;
+	}
+	printf("reply status=%s size=%" PRIu32 " rkey=0x%" PRIx32 "\n",
+	       reply.status ? errno_name((int)reply.status) : "0", reply.size,
+	       reply.rkey);
+	return 0;
+}
+
+static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
+		     uint32_t value)
+{
+	struct ibv_sge sge = { (uintptr_t)p->buf[2], 4, p->mr->lkey };
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = opcode,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma.remote_addr = p->addr + (uint64_t)off,
+		.wr.rdma.rkey = p->rkey,
+	};
+	struct ibv_wc wc;
+	uint32_t be = htobe32(value);
+	int err;
+
+	memcpy(p->buf[2], &be, 4);
+	err = send_one(p, &wr, &wc);
+	if (err)
+		return err;
+	if (opcode == IBV_WR_RDMA_WRITE) {
+		printf("write off=%" PRId64 " status=%s\n", off,
+		       wc_status_name(wc.status));
+	} else {
+		memcpy(&be, p->buf[2], 4);
+		printf("read off=%" PRId64 " value=%" PRIu32 " status=%s\n",
+		       off, be32toh(be), wc_status_name(wc.status));
+	}
+	return 0;
+}
+
+static int step_run(struct peer *p, const char *step)
+{
+	struct ctrl_msg msg = {
+		.magic = CTRL_MAGIC,
+		.version = CTRL_VERSION,
+		.type = CTRL_REQ_ALLOC,
+	};
+	unsigned long long a, b, c, d, e;
+	long long off;
+
+	if (sscanf(step, "req:%lli", &a) == 1) {
+		msg.size = (uint32_t)a;
+		return step_send(p, CTRL_MSG_SIZE, &msg);
+	}
+	if (sscanf(step, "send:%lli:%lli:%lli:%lli:%lli", &a, &b, &c, &d, &e) ==
+		    5 &&
+	    a <= BUF_SIZE) {
+		msg = (struct ctrl_msg){ .magic = (uint32_t)b,
+					 .version = (uint16_t)c,
+					 .type = (uint16_t)d,
+					 .size = (uint32_t)e };
+		return step_send(p, (uint32_t)a, &msg);
+	}
+	if (sscanf(step, "write:%lli:%lli", &off, &a) == 2)
+		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a);
+	if (sscanf(step, "read:%lli", &off) == 1)
+		return step_rdma(p, IBV_WR_RDMA_READ, off, 0);
+	if (sscanf(step, "sleep:%lli", &a) == 1) {
+		struct timespec ts = { (time_t)a / 1000,
+				       (long)(a % 1000) * 1000000 };
+
+		nanosleep(&ts, NULL);
+		return 0;
+	}
+	errorf("bad step '%s'", step);
+	return -EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+	struct peer p = { 0 };
+	int err = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 3) {
+		errorf("usage: ctrl_peer <server_ip> <port> STEP...");
+		return EXIT_FAILURE;
+	}
+	err = peer_connect(&p, argv[1], argv[2]);
+	for (int i = 3; !err && i < argc; i++)
+		err = step_run(&p, argv[i]);
+	if (p.id && p.id->qp) {
+		rdma_disconnect(p.id);
+		rdma_destroy_qp(p.id);
+	}
+	if (p.mr)
+		ibv_dereg_mr(p.mr);
+	if (p.cq)
+		ibv_destroy_cq(p.cq);
+	if (p.pd)
+		ibv_dealloc_pd(p.pd);
+	if (p.id)
+		rdma_destroy_id(p.id);
+	if (p.events)
+		rdma_destroy_event_channel(p.events);
+	return err ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,152 @@
+# shellcheck shell=bash
+# What the end-to-end tests share: reporting, starting and stopping servers,
+# running clients, and reading what both sides printed. Sourced by e2e.sh,
+# which sets top, work (a scratch directory) and RDMA_ADDR.
+
+client=$top/rdma_pool_client
+peer=$top/tests/ctrl_peer
+passed=0
+failed=0
+server_pid=
+
+pass() {
+	echo "PASS $1"
+	passed=$((passed + 1))
+}
+fail() {
+	echo "FAIL $1: $2"
+	failed=$((failed + 1))
+	# Show what the programs said, for whoever reads the log.
+	for f in "$work"/*.out "$work"/*.err; do
+		[ -s "$f" ] && sed "s|^|    ${f##*/}: |" "$f" | tail -n 15
+	done
+	return 0
+}
+
+cleanup() {
+	[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
+	rm -rf "$work"
+}
+
+# wait_for FILE REGEX SECONDS: true once a line of FILE matches REGEX.
+wait_for() {
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		grep -Eq "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# start_server PROGRAM PORT [OPTIONS...]: run it in the background, logging
+# to $work/server.out and .err, and wait until it listens.
+start_server() {
+	local program=$1 port=$2
+	shift 2
+	rm -f "$work"/*.out "$work"/*.err
+	"$top/$program" --port "$port" "$@" >"$work/server.out" 2>"$work/server.err" &
+	server_pid=$!
+	wait_for "$work/server.out" "^listen port=$port " 20
+}
+
+# stop_server: SIGINT, then its exit status (124 if it did not exit in 20 s).
+stop_server() {
+	local i status
+	kill -INT "$server_pid"
+	for ((i = 0; i < 200; i++)); do
+		if ! kill -0 "$server_pid" 2>/dev/null; then
+			status=0
+			wait "$server_pid" || status=$?
+			server_pid=
+			return "$status"
+		fi
+		sleep 0.1
+	done
+	kill -KILL "$server_pid"
+	server_pid=
+	return 124
+}
+
+# run_client NAME PORT ARGS...: the client, output in $work/NAME.out/.err.
+run_client() {
+	local name=$1 port=$2
+	shift 2
+	timeout 120 "$client" --port "$port" "$@" \
+		>"$work/$name.out" 2>"$work/$name.err"
+}
+
+# The doorbells a client rings for N writes, one every K: K, 2K, ... and N.
+doorbell_seqs() {
+	local n=$1 k=$2 i
+	for ((i = k; i <= n; i += k)); do echo "$i"; done
+	if ((n % k)); then echo "$n"; fi
+}
+
+# session ANCHOR: the server's lines about one connection, from the last
+# line equal to ANCHOR (a grant or deny line, which names the qp) up to the
+# connection's disconnect line. Waits up to 10 s for that line to come.
+# QP numbers are reused once a connection is gone, hence "the last".
+session() {
+	local qp from i lines
+	qp=$(echo "$1" | cut -d' ' -f2)
+	for ((i = 0; i < 100; i++)); do
+		from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1)
+		if [ -n "$from" ]; then
+			lines=$(tail -n "+$from" "$work/server.out" | awk -v q="$qp" '
+				$2 == q { print }
+				$2 == q && $1 == "disconnect" { exit }')
+			if [[ $lines == *$'\n'disconnect* ]]; then
+				echo "$lines"
+				return 0
+			fi
+		fi
+		sleep 0.1
+	done
+	echo "$lines"
+}
+
+# check_session CLIENT_NAME N K GRANTED: everything one successful client
+# run must show on both sides. Prints the reason and fails if anything is
+# missing.
+check_session() {
+	local name=$1 n=$2 k=$3 granted=$4
+	local out=$work/$name.out sout=$work/server.out
+	local addr rkey grant qp lines want got
+
+	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$out")
+	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$out")
+	if ! grep -qx "granted addr=$addr rkey=$rkey size=$granted" "$out"; then
+		echo "client did not print 'granted ... size=$granted'"
+		return 1
+	fi
+	grant=$(grep -x "grant qp=0x[0-9a-f]* addr=$addr rkey=$rkey size=$granted" "$sout" | tail -n 1)
+	if [ -z "$grant" ]; then
+		echo "server printed no grant of $addr rkey=$rkey size=$granted"
+		return 1
+	fi
+	qp=$(echo "$grant" | cut -d' ' -f2)
+
+	want=$(doorbell_seqs "$n" "$k" | sed 's/.*/doorbell seq=& completed/')
+	got=$(grep '^doorbell ' "$out" || true)
+	if [ "$want" != "$got" ]; then
+		echo "client doorbells differ from the expected $(doorbell_seqs "$n" "$k" | wc -l)"
+		return 1
+	fi
+	if ! grep -qx "done writes=$n doorbells=$(doorbell_seqs "$n" "$k" | wc -l) seconds=[0-9.]* writes_per_s=[0-9]*" "$out"; then
+		echo "client printed no matching 'done' summary"
+		return 1
+	fi
+
+	lines=$(session "$grant")
+	want=$(doorbell_seqs "$n" "$k" | sed "s/.*/doorbell $qp seq=& value=& ok/")
+	got=$(echo "$lines" | grep '^doorbell ' || true)
+	if [ "$want" != "$got" ]; then
+		echo "server doorbells for $qp are not exactly seq=value ok for each expected seq"
+		return 1
+	fi
+	if [ "$(echo "$lines" | tail -n 1)" != "disconnect $qp freed=$granted" ]; then
+		echo "server did not free $granted bytes of $qp on disconnect"
+		return 1
+	fi
+}
+
