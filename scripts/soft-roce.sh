@@ -13,6 +13,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# modprobe and ip live in /sbin, which a user's PATH may lack.
+PATH=$PATH:/usr/sbin:/sbin
 
 say() {
 	echo "soft-roce: $*" >&2
@@ -21,7 +23,7 @@ say() {
 # Prints the IPv4 address of the netdev under an existing rxe device.
 existing_rxe_addr() {
 	local parent netdev addr
-	# Only rxe devices have a "parent" file: the netdev they run on.
+	# An rxe device has a "parent" file: the netdev it runs on.
 	for parent in /sys/class/infiniband/*/parent; do
 		[ -r "$parent" ] || continue
 		netdev=$(cat "$parent")

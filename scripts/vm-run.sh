@@ -16,6 +16,8 @@
 #   VM_PASS_ENV  names of variables to pass to CMD, space separated
 set -euo pipefail
 
+# modinfo lives in /sbin, which a user's PATH may lack.
+PATH=$PATH:/usr/sbin:/sbin
 VM_TIMEOUT=${VM_TIMEOUT:-1800}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 vmdir=$repo/build/vm
@@ -34,7 +36,7 @@ INIT=$(cat <<'EOF'
 /bin/busybox --install -s /bin
 export PATH=/bin
 H=/host                 # where the host's root file system is mounted
-ADDR=198.18.0.1         # benchmarking range; it exists only in this VM
+ADDR=198.18.0.1         # RFC 2544 benchmarking range; only in this VM
 
 mount -t devtmpfs dev /dev
 # The initramfs has no /dev/console, so the kernel started us without stdio.
@@ -85,8 +87,9 @@ chmod +x /bin/modprobe-host
 echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 
 # Soft-RoCE on a dummy netdev with one address: clients and servers both use
-# it, and rxe loops the packets back inside the kernel. (Debian 12's kernel
-# refuses rxe on lo, and 127.x on the dummy fails route resolution.)
+# it, and rxe loops the packets back inside the kernel. (Not lo: this kernel
+# adds rxe on lo, but rdma_cm then cannot route to 127.0.0.1; a 127.x address
+# on the dummy fails the same way.)
 on_host modprobe -a rdma_rxe rdma_ucm dummy
 on_host ip link set lo up
 on_host ip link add rxe_t0 type dummy
@@ -140,7 +143,8 @@ check_prereqs() {
 		die "cannot boot the Soft-RoCE VM; install what is missing with:" \
 			"apt-get install ${missing[*]} (or run scripts/deps.sh)"
 	fi
-	# Both end up on the kernel command line or in qemu options.
+	# The path goes on the kernel command line (split at spaces) and into
+	# qemu options (split at commas).
 	if [[ ! $repo =~ ^[A-Za-z0-9/._+-]+$ ]]; then
 		die "the repository path '$repo' has spaces or other" \
 			"characters qemu options cannot carry: move it"
@@ -191,8 +195,8 @@ build_initramfs() {
 write_job() {
 	local names name
 	read -ra names <<<"${VM_PASS_ENV:-}"
-	printf 'cd %q || { echo "vm-run: no %q in the VM (its /tmp and /run are empty)" >&2; exit 1; }\n' \
-		"$PWD" "$PWD"
+	# The VM has its own, empty /tmp and /run: a cwd there is not in it.
+	printf 'cd %q || exit 1\n' "$PWD"
 	for name in "${names[@]}"; do
 		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] ||
 			die "VM_PASS_ENV: '$name' is not a variable name"
@@ -207,17 +211,23 @@ write_job() {
 
 boot_vm() {
 	local ver=$1 initramfs=$2 job=$3
+	local share=security_model=none,multidevs=remap
+	# Kernel messages go to ttyS1 (our stderr), and only panics (loglevel=1);
+	# panic=-1 reboots at once, and -no-reboot turns that into qemu exiting.
+	local append="console=ttyS1 quiet loglevel=1 panic=-1"
+	append+=" vm_repo=$repo vm_job=$job"
+
 	# /dev/kvm exists here but guests hang under it: emulate (TCG).
 	# Not -nographic: with it, the BIOS draws its screen on the first serial
-	# port, which is CMD's stdout here.
+	# port, CMD's stdout. --foreground lets Ctrl-C reach qemu.
 	timeout --foreground --kill-after=10 "$VM_TIMEOUT" \
 		qemu-system-x86_64 -accel tcg -m 2048 -smp 2 \
 		-display none -no-reboot -nic none -monitor none \
 		-kernel "/boot/vmlinuz-$ver" -initrd "$initramfs" \
-		-append "console=ttyS1 quiet loglevel=1 panic=-1 vm_repo=$repo vm_job=$job" \
+		-append "$append" \
 		-serial file:/dev/stdout -serial file:/dev/stderr \
-		-virtfs local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap \
-		-virtfs "local,path=$repo,mount_tag=repo,security_model=none,multidevs=remap" \
+		-virtfs "local,path=/,mount_tag=hostroot,readonly=on,$share" \
+		-virtfs "local,path=$repo,mount_tag=repo,$share" \
 		</dev/null
 }
 
