@@ -45,8 +45,12 @@
  * the NIC has given up its retries.
  */
 #define WAIT_TIMEOUT_MS 10000
-/* retry_count 7 is the most the transport allows for lost packets */
-#define TRANSPORT_RETRIES 7
+/*
+ * Resends of an unacknowledged packet before the work request fails.  The
+ * verbs allow up to 7, but Soft-RoCE reads 7 as "forever", as the spec does
+ * only for rnr_retry_count: 6 is the most that still ends.
+ */
+#define TRANSPORT_RETRIES 6
 #define ACK_TIMEOUT_EXP 16 /* see ack_timeout_set() */
 /* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
 #define RNR_RETRY_FOREVER 7
@@ -173,12 +177,13 @@ static void reject_reason(const struct rdma_cm_event *event, char *buf,
 			  size_t len)
 {
 	const char *data = event->param.conn.private_data;
-	size_t n = event->param.conn.private_data_len;
+	size_t n = data ? event->param.conn.private_data_len : 0;
 
 	if (n >= len)
 		n = len - 1;
-	memcpy(buf, data ? data : "", data ? n : 0);
-	buf[data ? n : 0] = '\0';
+	if (n)
+		memcpy(buf, data, n);
+	buf[n] = '\0';
 }
 
 /*
@@ -253,7 +258,7 @@ static int cm_resolve(struct client *cl)
 
 	cl->events = rdma_create_event_channel();
 	if (!cl->events) {
-		err = fail("rdma_create_event_channel", errno);
+		err = devices_missing("rdma_create_event_channel", errno);
 	} else if (rdma_create_id(cl->events, &cl->id, NULL, RDMA_PS_TCP)) {
 		err = fail("rdma_create_id", errno);
 	} else if (rdma_resolve_addr(cl->id, NULL, ai->ai_addr,

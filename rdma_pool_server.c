@@ -58,7 +58,8 @@
 /*
  * A receive buffer is larger than a ctrl_msg so that a peer who sends a few
  * bytes too many gets an EBADMSG reply; a message that does not fit at all
- * makes the receive fail with IBV_WC_LOC_LEN_ERR and kills that connection.
+ * makes the receive fail (IBV_WC_LOC_LEN_ERR; rxe says LOC_QP_OP_ERR) and
+ * ends that connection.
  */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
 /* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
@@ -241,17 +242,21 @@ static int listen_open(struct server *srv)
 
 	srv->events = rdma_create_event_channel();
 	if (!srv->events)
-		return fail("rdma_create_event_channel", errno);
+		return devices_missing("rdma_create_event_channel", errno);
 	if (fcntl(srv->events->fd, F_SETFL, O_NONBLOCK))
 		return fail("fcntl(O_NONBLOCK)", errno);
 	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
 		return fail("rdma_create_id", errno);
 	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr)) {
-		char what[64];
+		int err = errno;
 
-		snprintf(what, sizeof(what), "rdma_bind_addr(0.0.0.0:%u)",
-			 srv->opt.port);
-		return fail(what, errno);
+		/* 0.0.0.0 is always there: whatever else, the port is taken */
+		if (err == EADDRINUSE || err == EADDRNOTAVAIL) {
+			errorf("port %u is already in use (rdma_bind_addr: %s)",
+			       srv->opt.port, strerror(err));
+			return -err;
+		}
+		return fail("rdma_bind_addr", err);
 	}
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
@@ -456,10 +461,12 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 		.cap.max_inline_data = CTRL_MSG_SIZE,
 	};
 	/*
-	 * The client never reads from us, so no RDMA READ resources
-	 * (responder_resources, initiator_depth) are asked for.
+	 * The pool MR allows RDMA READ, as the protocol says, so a client may
+	 * have a read outstanding against us (responder_resources); we never
+	 * read from clients, so initiator_depth stays 0.
 	 */
 	struct rdma_conn_param param = {
+		.responder_resources = 1,
 		.rnr_retry_count = RNR_RETRY_FOREVER,
 	};
 	struct conn *conn = calloc(1, sizeof(*conn));
@@ -653,6 +660,9 @@ static void on_receive(struct server *srv, struct conn *conn,
 	if (wc->status != IBV_WC_SUCCESS) {
 		errorf("receive qp=0x%" PRIx32 " failed: %s", wc->qp_num,
 		       wc_status_name(wc->status));
+		/* The QP is in the error state now: end the connection. */
+		if (conn)
+			rdma_disconnect(conn->id);
 		return;
 	}
 	if (!conn)
@@ -673,15 +683,18 @@ static int on_completion(void *ctx, const struct ibv_wc *wc)
 	struct server *srv = ctx;
 	struct conn *conn = conn_find(srv, wc->qp_num);
 
-	if (WRID_KIND(wc->wr_id) == WRID_SEND) {
+	if (WRID_KIND(wc->wr_id) != WRID_RECV) {
 		/* conn is NULL, or a newer one that reuses the qp_num, if
-		 * this reply outlived its connection. */
+		 * this work request outlived its connection. */
 		if (conn && conn->sending)
 			conn->sending--;
 		if (wc->status != IBV_WC_SUCCESS &&
-		    wc->status != IBV_WC_WR_FLUSH_ERR)
+		    wc->status != IBV_WC_WR_FLUSH_ERR) {
 			errorf("reply qp=0x%" PRIx32 " failed: %s", wc->qp_num,
 			       wc_status_name(wc->status));
+			if (conn)
+				rdma_disconnect(conn->id);
+		}
 		return 0;
 	}
 	/* Whatever the receive brought, its buffer goes straight back. */

@@ -390,6 +390,14 @@ int check(const char *what, int ret)
 	return ret ? fail(what, ret) : 0;
 }
 
+static void devices_hint(void)
+{
+	errorf("no RDMA device found.  Bring up Soft-RoCE on a network "
+	       "interface: 'rdma link add rxe0 type rxe netdev eth0' (as "
+	       "root, kernel module rdma_rxe), or run through "
+	       "scripts/soft-roce.sh, which does it for you");
+}
+
 /*
  * Without an RDMA device the connection manager fails with a bare "No such
  * device", or worse, a server listens happily and never hears a thing.  Say
@@ -405,11 +413,21 @@ int devices_check(void)
 		ibv_free_device_list(list);
 	if (n > 0)
 		return 0;
-	errorf("no RDMA device found.  Bring up Soft-RoCE on a network "
-	       "interface: 'rdma link add rxe0 type rxe netdev eth0' (as "
-	       "root, kernel module rdma_rxe), or run through "
-	       "scripts/soft-roce.sh, which does it for you");
+	devices_hint();
 	return -ENODEV;
+}
+
+/*
+ * A call into the connection manager failed with err: if that means the
+ * RDMA stack is not there at all (no /dev/infiniband/rdma_cm), say how to
+ * get it; otherwise report it as any failure.
+ */
+int devices_missing(const char *what, int err)
+{
+	fail(what, err);
+	if (err == ENODEV || err == ENOENT)
+		devices_hint();
+	return -err;
 }
 
 /* Any other error: "program: message" on stderr. */

@@ -111,6 +111,7 @@ int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
 const char *errno_name(int err);
 int fail(const char *what, int err);
 int devices_check(void);
+int devices_missing(const char *what, int err);
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int check(const char *what, int ret);
 

@@ -81,8 +81,8 @@ static int peer_connect(struct peer *p, const char *server, const char *port)
 	};
 	struct rdma_conn_param param = {
 		.initiator_depth = 1, /* we issue RDMA READs */
-		.retry_count = 7,
-		.rnr_retry_count = 7,
+		.retry_count = 6,
+		.rnr_retry_count = 6,
 	};
 	int err;
 
