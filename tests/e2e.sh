@@ -14,22 +14,48 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 . "$top/tests/lib.sh"
 # shellcheck source=tests/basic.sh
 . "$top/tests/basic.sh"
+# shellcheck source=tests/robust.sh
+. "$top/tests/robust.sh"
 trap cleanup EXIT
 
 port=7471
 for server in rdma_pool_server rdma_srq_pool_server_ev; do
-	if ! start_server "$server" "$port"; then
+	# The protocol, as it should go.
+	if start_server "$server" "$port"; then
+		test_one_client "$server" "$port"
+		test_eight_clients "$server" "$port"
+		test_deny "$server/deny_size_0" "$port" 0 EINVAL
+		test_deny "$server/deny_larger_than_pool" "$port" 4194305 EINVAL
+		test_serves_after_deny "$server" "$port"
+		test_sigint "$server"
+	else
 		fail "$server/starts" "no 'listen' line within 20 s"
-		continue
 	fi
-	test_one_client "$server" "$port"
-	test_eight_clients "$server" "$port"
-	test_deny "$server/deny_size_0" "$port" 0 EINVAL
-	test_deny "$server/deny_larger_than_pool" "$port" 4194305 EINVAL
-	test_serves_after_deny "$server" "$port"
-	test_sigint "$server"
+
+	# Bad input and misbehaving peers, against one server that must
+	# survive all of it with nothing leaked.
 	port=$((port + 1))
+	if start_server "$server" "$port"; then
+		test_server_args "$server" "$port"
+		test_bad_messages "$server" "$port"
+		test_size_edges "$server" "$port"
+		test_oversized_message "$server" "$port"
+		test_client_killed "$server" "$port"
+		test_cycles "$server" "$port"
+		stop_server || fail "$server/survives_everything" "exit status $?"
+	else
+		fail "$server/starts" "no 'listen' line within 20 s"
+	fi
+
+	# Each with a server of its own.
+	test_server_dies "$server" $((port + 1)) killed
+	test_server_dies "$server" $((port + 2)) stopped
+	test_max_conns "$server" $((port + 3))
+	test_load "$server" $((port + 4))
+	test_no_isolation "$server" $((port + 5))
+	port=$((port + 6))
 done
+test_client_args
 
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

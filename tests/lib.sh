@@ -9,12 +9,14 @@ passed=0
 failed=0
 server_pid=
 
+# Each line ends with the seconds since the suite began, to see where the
+# time goes.
 pass() {
-	echo "PASS $1"
+	echo "PASS $1 [${SECONDS}s]"
 	passed=$((passed + 1))
 }
 fail() {
-	echo "FAIL $1: $2"
+	echo "FAIL $1: $2 [${SECONDS}s]"
 	failed=$((failed + 1))
 	# Show what the programs said, for whoever reads the log.
 	for f in "$work"/*.out "$work"/*.err; do

@@ -1,0 +1,355 @@
+# shellcheck shell=bash
+# Bad input, misbehaving peers, faults and load: sourced by e2e.sh after
+# lib.sh. Whatever goes wrong, the programs say what, exit non-zero, and
+# never hang; the servers lose and leak nothing and keep serving.
+
+# expect_error NAME SECONDS REGEX CMD...: CMD must exit non-zero within
+# SECONDS, with a message on stderr matching REGEX (grep -E).
+expect_error() {
+	local t=$1 secs=$2 regex=$3 status=0 start
+	shift 3
+	start=$SECONDS
+	timeout "$((secs + 5))" "$@" >"$work/cmd.out" 2>"$work/cmd.err" || status=$?
+	if [ "$status" = 0 ]; then
+		fail "$t" "exited 0"
+	elif [ "$status" = 124 ] || ((SECONDS - start > secs)); then
+		fail "$t" "took more than $secs s"
+	elif ! grep -Eq "$regex" "$work/cmd.err"; then
+		fail "$t" "no message matching '$regex': $(head -c 300 "$work/cmd.err")"
+	else
+		pass "$t"
+	fi
+}
+
+# Client arguments: each refused before anything is sent.
+test_client_args() {
+	local t=client_args
+	expect_error "$t/none" 5 'want 2 arguments' "$client"
+	expect_error "$t/one" 5 'want 2 arguments.*got 1' "$client" "$RDMA_ADDR"
+	expect_error "$t/three" 5 'want 2 arguments.*got 3' "$client" "$RDMA_ADDR" 1 2
+	expect_error "$t/size_not_a_number" 5 "bad allocation size 'ten'" "$client" "$RDMA_ADDR" ten
+	expect_error "$t/size_negative" 5 "'-5'.*cannot be negative" "$client" "$RDMA_ADDR" -5
+	expect_error "$t/size_trailing_junk" 5 "bad allocation size '12abc'" "$client" "$RDMA_ADDR" 12abc
+	expect_error "$t/size_beyond_32_bits" 5 "bad allocation size '4294967296'" "$client" "$RDMA_ADDR" 4294967296
+	expect_error "$t/port_0" 5 "bad port '0'" "$client" -p 0 "$RDMA_ADDR" 100
+	expect_error "$t/port_65536" 5 "bad port '65536'" "$client" -p 65536 "$RDMA_ADDR" 100
+	expect_error "$t/writes_junk" 5 "bad number of writes 'x'" "$client" -n x "$RDMA_ADDR" 100
+	expect_error "$t/doorbell_every_0" 5 "bad doorbell interval '0'" "$client" -k 0 "$RDMA_ADDR" 100
+	expect_error "$t/unresolvable_address" 10 "cannot resolve 'no-such-host.invalid'" "$client" no-such-host.invalid 100
+	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
+}
+
+# Server arguments, and a machine without an RDMA device: hidden here by
+# mounting empty directories over the device files and the sysfs list of
+# devices, in a private mount namespace, so that the real device is
+# untouched.
+test_server_args() {
+	local s=$1 port=$2 t=$1/args
+	expect_error "$t/port_in_use" 10 "port $port is already in use" "$top/$s" --port "$port"
+	expect_error "$t/pool_not_multiple" 5 "bad pool size '5000': want a multiple of 4096" "$top/$s" --pool-size 5000
+	expect_error "$t/pool_zero" 5 "bad pool size '0'" "$top/$s" --pool-size 0
+	expect_error "$t/pool_junk" 5 "bad pool size '4M'" "$top/$s" --pool-size 4M
+	expect_error "$t/srq_depth_0" 5 "bad SRQ depth '0'" "$top/$s" --srq-depth 0
+	expect_error "$t/extra_argument" 5 "unexpected argument 'extra'" "$top/$s" extra
+	expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" \
+		unshare --mount sh -c \
+		'mount -t tmpfs none /sys/class/infiniband_verbs &&
+		 mount -t tmpfs none /dev/infiniband && exec "$0" --port 7998' "$top/$s"
+}
+
+# peer_steps NAME PORT STEP...: run ctrl_peer; its lines in $work/NAME.out.
+peer_steps() {
+	local name=$1 port=$2
+	shift 2
+	timeout 60 "$peer" "$RDMA_ADDR" "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
+}
+
+# expect_lines NAME FILE: FILE holds exactly the lines on stdin, once a
+# non-zero rkey in it is written as rkey=KEY (its value is the server's).
+expect_lines() {
+	local want got
+	want=$(cat)
+	got=$(sed 's/rkey=0x[1-9a-f][0-9a-f]*/rkey=KEY/' "$2")
+	if [ "$want" = "$got" ]; then
+		pass "$1"
+	else
+		fail "$1" "wanted [$(echo "$want" | tr '\n' '|')] got [$(echo "$got" | tr '\n' '|')]"
+	fi
+}
+
+# stats_idle: ask the server for its counters (SIGUSR1) until they say
+# nothing is in use, for up to 10 s; prints the last stats line it saw.
+# (The log is only ever read: the server keeps writing to that very file.)
+stats_idle() {
+	local line='' i j seen
+	for ((i = 0; i < 20; i++)); do
+		seen=$(grep -c '^stats ' "$work/server.out" || true)
+		kill -USR1 "$server_pid"
+		for ((j = 0; j < 20; j++)); do
+			if [ "$(grep -c '^stats ' "$work/server.out" || true)" -gt "$seen" ]; then
+				line=$(grep '^stats ' "$work/server.out" | tail -n 1)
+				break
+			fi
+			sleep 0.05
+		done
+		if [[ $line == "stats connections=0 chunks_in_use=0 "* ]]; then
+			break
+		fi
+		sleep 0.4
+	done
+	echo "$line"
+}
+
+# expect_stats NAME: once every client has gone, nothing may be in use.
+expect_stats() {
+	local line
+	line=$(stats_idle)
+	if [[ $line == "stats connections=0 chunks_in_use=0 "* ]]; then
+		pass "$1"
+	else
+		fail "$1" "after every client left: '$line'"
+	fi
+}
+
+# check_bystander NAME CLIENT N K GRANTED STATUS: a normal client that ran
+# beside trouble saw none of it.
+check_bystander() {
+	local why
+	if [ "$6" != 0 ]; then
+		fail "$1" "client exited $6: $(head -c 300 "$work/$2.err")"
+	elif why=$(check_session "$2" "$3" "$4" "$5"); then
+		pass "$1"
+	else
+		fail "$1" "$why"
+	fi
+}
+
+# A peer that sends every kind of wrong message gets exactly one error reply
+# for each, on one connection that stays up, while a normal client streams
+# beside it undisturbed.
+test_bad_messages() {
+	local s=$1 port=$2 t=$1/bad_messages m=0x52444d41 status=0 bystander
+	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
+	bystander=$!
+	peer_steps bad "$port" \
+		send:16:$m:1:1:4096 send:31:$m:1:1:4096 send:33:$m:1:1:4096 \
+		send:32:0x41444d52:1:1:4096 send:32:$m:2:1:4096 \
+		send:32:$m:1:0:4096 send:32:$m:1:2:4096 send:32:$m:1:9:4096 \
+		req:0 req:4096 req:4096 req:1 || true
+	expect_lines "$t/one_reply_each" "$work/bad.out" <<-EOF
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EBADMSG size=0 rkey=0x0
+		reply status=EINVAL size=0 rkey=0x0
+		reply status=0 size=4096 rkey=KEY
+		reply status=EBUSY size=0 rkey=0x0
+		reply status=EBUSY size=0 rkey=0x0
+	EOF
+	wait "$bystander" || status=$?
+	check_bystander "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
+}
+
+# The edges of the 32-bit size field, each on a connection of its own.
+test_size_edges() {
+	local s=$1 port=$2 t=$1/size_edges
+	local sizes=(1 4096 4194304 4194305 4294967295)
+	local replies=("reply status=0 size=4096 rkey=KEY"
+		"reply status=0 size=4096 rkey=KEY"
+		"reply status=0 size=4194304 rkey=KEY"
+		"reply status=EINVAL size=0 rkey=0x0"
+		"reply status=EINVAL size=0 rkey=0x0")
+	local i
+	for i in "${!sizes[@]}"; do
+		stats_idle >/dev/null # the whole pool must be free for 4194304
+		peer_steps "size$i" "$port" "req:${sizes[$i]}" || true
+		expect_lines "$t/${sizes[$i]}" "$work/size$i.out" <<<"${replies[$i]}"
+	done
+}
+
+# A message too long for the server's receive buffer fails that receive
+# and ends that connection, and only that one.
+test_oversized_message() {
+	local s=$1 port=$2 t=$1/oversized_message
+	peer_steps big "$port" send:200:0x52444d41:1:1:4096 || true
+	if grep -q '^reply status=IBV_WC_' "$work/big.out"; then
+		pass "$t/connection_ended"
+	else
+		fail "$t/connection_ended" "peer saw: $(cat "$work/big.out" "$work/big.err")"
+	fi
+	# IBV_WC_LOC_LEN_ERR on most devices; rxe says IBV_WC_LOC_QP_OP_ERR.
+	if wait_for "$work/server.err" '^rdma_[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_' 5; then
+		pass "$t/server_names_it"
+	else
+		fail "$t/server_names_it" "no 'receive ... failed: IBV_WC_...' on the server's stderr"
+	fi
+}
+
+# A client killed in the middle of its stream: the server notices, frees its
+# slice and destroys its QP, and serves the next client.
+test_client_killed() {
+	local s=$1 port=$2 t=$1/client_killed grant qp
+	# Not through run_client: $! must be the client itself, not a subshell.
+	"$client" --port "$port" "$RDMA_ADDR" 16384 -n 4000000 -k 64 \
+		>"$work/victim.out" 2>"$work/victim.err" &
+	local pid=$!
+	if ! wait_for "$work/victim.out" '^doorbell seq=' 20; then
+		fail "$t" "the victim never rang a doorbell"
+		kill -KILL "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null || true
+		return
+	fi
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null || true
+	local killed_at=$SECONDS
+	grant=$(grep -x "grant qp=0x[0-9a-f]* addr=0x[0-9a-f]* rkey=0x[0-9a-f]* size=16384" "$work/server.out" | tail -n 1 || true)
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	if [ -z "$grant" ] || [ "$(session "$grant" | tail -n 1)" != "disconnect $qp freed=16384" ]; then
+		fail "$t/slice_freed" "no 'disconnect $qp freed=16384' after the kill"
+	elif ((SECONDS - killed_at > 10)); then
+		fail "$t/slice_freed" "the server took $((SECONDS - killed_at)) s to notice"
+	else
+		pass "$t/slice_freed"
+	fi
+}
+
+# 200 connect / allocate / write / disconnect cycles: all succeed, and the
+# pool and the connection count are back to zero afterwards.
+test_cycles() {
+	local s=$1 port=$2 t=$1/cycles_200 i bad=0
+	for ((i = 0; i < 200; i++)); do
+		run_client cycle "$port" "$RDMA_ADDR" $((4096 * (i % 7 + 1))) -n 64 -k 16 || bad=$((bad + 1))
+	done
+	if [ "$bad" = 0 ]; then
+		pass "$t/all_succeed"
+	else
+		fail "$t/all_succeed" "$bad of 200 failed"
+	fi
+	expect_stats "$t/nothing_left"
+}
+
+# ---- tests that need a server of their own ---------------------------------
+
+# Servers stopped under load: each streaming client reports the failed work
+# completion by its status name and exits non-zero within a few seconds.
+test_server_dies() {
+	local s=$1 port=$2 how=$3 t=$1/server_$3_under_load i pids=() status bad=''
+	start_server "$s" "$port" || { fail "$t" "server did not start"; return; }
+	for i in 0 1 2; do
+		run_client "load$i" "$port" "$RDMA_ADDR" 8192 -n 4000000 -k 64 &
+		pids+=("$!")
+	done
+	for i in 0 1 2; do
+		wait_for "$work/load$i.out" '^doorbell seq=' 20 || bad="client $i never started"
+	done
+	if [ "$how" = killed ]; then
+		kill -KILL "$server_pid"
+	else
+		kill -INT "$server_pid"
+	fi
+	local start=$SECONDS
+	for i in 0 1 2; do
+		status=0
+		wait "${pids[$i]}" || status=$?
+		if [ "$status" = 0 ] || [ "$status" = 124 ]; then
+			bad="client $i exited $status"
+		elif ! grep -Eq 'failed: IBV_WC_[A-Z_]+ ' "$work/load$i.err"; then
+			bad="client $i did not name the failed completion: $(head -c 200 "$work/load$i.err")"
+		fi
+	done
+	if ((SECONDS - start > 15)); then
+		bad="clients took $((SECONDS - start)) s to notice"
+	fi
+	status=0
+	wait "$server_pid" 2>/dev/null || status=$?
+	server_pid=
+	if [ "$how" = stopped ] && [ "$status" != 0 ]; then
+		bad="server exited $status after SIGINT"
+	fi
+	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t"; fi
+}
+
+# One connection more than --max-conns: rejected, with the reason on both
+# sides, while the others are served.
+test_max_conns() {
+	local s=$1 port=$2 t=$1/max_conns
+	start_server "$s" "$port" --max-conns 2 || { fail "$t" "server did not start"; return; }
+	peer_steps hold1 "$port" req:4096 sleep:4000 &
+	local p1=$!
+	peer_steps hold2 "$port" req:4096 sleep:4000 &
+	local p2=$!
+	wait_for "$work/hold1.out" '^reply' 20
+	wait_for "$work/hold2.out" '^reply' 20
+	expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
+		"$client" -p "$port" "$RDMA_ADDR" 4096
+	if grep -qx 'reject reason=server-full' "$work/server.out"; then
+		pass "$t/server_says_why"
+	else
+		fail "$t/server_says_why" "no 'reject reason=server-full' line"
+	fi
+	wait "$p1" "$p2" || true
+	stop_server || true
+}
+
+# 32 clients at once against a deliberately small SRQ: receivers are not
+# always ready, the NICs retry, and every doorbell still arrives intact.
+test_load() {
+	local s=$1 port=$2 t=$1/load_32_clients_srq_4 i pids=() bad='' want
+	start_server "$s" "$port" --srq-depth 4 || { fail "$t" "server did not start"; return; }
+	for ((i = 0; i < 32; i++)); do
+		run_client "l$i" "$port" "$RDMA_ADDR" 8192 -n 2000 -k 16 &
+		pids+=("$!")
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || bad="client $i failed: $(head -c 200 "$work/l$i.err")"
+	done
+	for ((i = 0; i < 32; i++)); do
+		[ -n "$bad" ] && break
+		check_session "l$i" 2000 16 8192 >"$work/check" ||
+			bad="client $i: $(cat "$work/check")"
+	done
+	want=$((32 * 125))
+	stop_server || true
+	if [ -z "$bad" ] && ! grep -q "^shutdown signal=SIGINT connections=0 chunks_in_use=0 doorbells=$want\$" "$work/server.out"; then
+		bad="the summary does not show $want doorbells and nothing in use"
+	fi
+	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t"; fi
+}
+
+# The hazard of one rkey for the whole pool: every client holds the pool
+# MR's rkey, so a client can write into its neighbour's slice, and past the
+# end of its own. This test shows that it does (see the README, Isolation).
+test_no_isolation() {
+	local s=$1 port=$2 t=$1/no_isolation owner
+	start_server "$s" "$port" || { fail "$t" "server did not start"; return; }
+	# The owner takes the first slice, writes 4369 into its slot 0, waits
+	# while the others try their luck, and reads slot 0 back.
+	peer_steps owner "$port" req:4096 write:0:4369 sleep:3000 read:0 &
+	owner=$!
+	wait_for "$work/owner.out" '^write off=0 status=' 20
+	# The intruder's slice comes right after it: its offset -4096 is the
+	# owner's slot 0.
+	peer_steps intruder "$port" req:4096 write:-4096:48879 || true
+	# A 4-byte write whose last byte lies one past the end of the slice.
+	peer_steps overrun "$port" req:4096 write:4093:1 || true
+	wait "$owner" || true
+
+	expect_lines "$t/write_into_neighbour_lands" "$work/intruder.out" <<-EOF
+		reply status=0 size=4096 rkey=KEY
+		write off=-4096 status=IBV_WC_SUCCESS
+	EOF
+	expect_lines "$t/write_past_the_end_lands" "$work/overrun.out" <<-EOF
+		reply status=0 size=4096 rkey=KEY
+		write off=4093 status=IBV_WC_SUCCESS
+	EOF
+	expect_lines "$t/neighbour_finds_it" "$work/owner.out" <<-EOF
+		reply status=0 size=4096 rkey=KEY
+		write off=0 status=IBV_WC_SUCCESS
+		read off=0 value=48879 status=IBV_WC_SUCCESS
+	EOF
+	stop_server || fail "$t/server_exit" "exit status $?"
+}
