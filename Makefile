@@ -1,7 +1,9 @@
 # rdma-pool-doorbell: three RDMA demo programs and their tests.
-#   make          build the programs
-#   make test     unit tests, then end-to-end tests on Soft-RoCE
-#   make demo     a server and a client on Soft-RoCE, with their output
+#   make                  build the programs
+#   make test             unit tests, fuzzing, end-to-end tests on Soft-RoCE
+#   make test SANITIZE=1  the same, every program built with ASan and UBSan
+#   make demo             a server and a client on Soft-RoCE, with their output
+#   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -9,32 +11,51 @@ CFLAGS ?= -O2 -g
 # htobe64() and friends, strerrorname_np() and sigabbrev_np().
 WARNINGS = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
 	   -Wmissing-prototypes -Wformat=2
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) \
+ifneq ($(SANITIZE),)
+SANITIZERS = -fsanitize=address,undefined -fno-sanitize-recover=all \
+	     -fno-omit-frame-pointer
+endif
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) $(SANITIZERS) \
 	     $(shell pkg-config --cflags libibverbs librdmacm)
 LIBS = $(shell pkg-config --libs libibverbs librdmacm)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
-UNIT = tests/unit_common
-PEER = tests/ctrl_peer
+TOOLS = tests/unit_common tests/ctrl_peer
+FUZZER = build/fuzz_ctrl_msg
+FUZZ_SECONDS = 20
+# Rebuild everything when the flags change (SANITIZE=1 and back).
+FLAGS = build/flags
 
-all: $(PROGRAMS) $(UNIT) $(PEER)
+all: $(PROGRAMS) $(TOOLS)
 
-$(PROGRAMS): %: %.c common/common.c common/common.h
+$(FLAGS): FORCE
+	@mkdir -p build
+	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
+
+# The programs, and the test tools: the unit tests, and a client that
+# misbehaves on purpose.
+$(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
-# Test tools: the unit tests, and a client that misbehaves on purpose.
-$(UNIT) $(PEER): %: %.c common/common.c common/common.h
-	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
+# libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
+$(FUZZER): tests/fuzz_ctrl_msg.c common/common.c common/common.h
+	@mkdir -p build
+	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		-o $@ tests/fuzz_ctrl_msg.c common/common.c $(LIBS)
+
+fuzz: $(FUZZER)
+	tests/fuzz.sh $(FUZZER) $(FUZZ_SECONDS)
 
 clean:
-	rm -f $(PROGRAMS) $(UNIT) $(PEER)
+	rm -f $(PROGRAMS) $(TOOLS)
 	rm -rf build
 
 # Both install what is missing first (scripts/deps.sh), then build: the
 # compiler flags come from pkg-config, which may only now be there.
 test: deps
-	$(MAKE) all
-	tests/run.sh
+	$(MAKE) all $(FUZZER)
+	FUZZER=$(FUZZER) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
 
 demo: deps
 	$(MAKE) all
@@ -43,4 +64,4 @@ demo: deps
 deps:
 	scripts/deps.sh
 
-.PHONY: all clean test demo deps
+.PHONY: all clean test demo deps fuzz FORCE

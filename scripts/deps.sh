@@ -11,6 +11,8 @@ packages=(
 	iproute2 kmod
 	# a VM with Debian's kernel, for hosts whose kernel has no Soft-RoCE
 	qemu-system-x86 linux-image-amd64 busybox-static cpio
+	# tests: libFuzzer (clang's), and mounts for the no-device test
+	clang libclang-rt-dev util-linux
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test: the unit tests of common/, then the end-to-end tests on a real
-# Soft-RoCE device (scripts/soft-roce.sh brings one up, here or in a VM).
+# make test: the unit tests of common/, a short fuzzing run of the message
+# decoder, then the end-to-end tests on a real Soft-RoCE device
+# (scripts/soft-roce.sh brings one up, here or in a VM).
 # Ends with the line "N passed, N failed"; exits non-zero if anything failed
 # or if the Soft-RoCE tests could not run: they are never skipped.
 set -euo pipefail
@@ -24,6 +25,7 @@ run() {
 }
 
 run unit "$top/tests/unit_common"
+run fuzz "$top/tests/fuzz.sh" "${FUZZER:-$top/build/fuzz_ctrl_msg}" "${FUZZ_SECONDS:-20}"
 run e2e "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh"
 
 passed=$(grep -c '^PASS ' "$log" || true)
