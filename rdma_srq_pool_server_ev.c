@@ -80,6 +80,7 @@
 /* wr_id says which queue a completion came from: see on_completion(). */
 #define WRID_RECV (UINT64_C(1) << 32)
 #define WRID_SEND (UINT64_C(2) << 32)
+#define WRID_BIND (UINT64_C(3) << 32)
 #define WRID_KIND(wr_id) ((wr_id) & ~UINT64_C(0xffffffff))
 #define WRID_INDEX(wr_id) ((uint32_t)(wr_id))
 
@@ -88,13 +89,17 @@ struct options {
 	uint32_t pool_size;
 	uint32_t srq_depth;
 	uint32_t max_conns;
+	bool isolation; /* --isolation mw: a memory window per slice */
 	bool help;
 };
 
 struct conn {
 	struct rdma_cm_id *id;
 	uint32_t qp_num;
-	struct slice slice;   /* this client's part of the pool */
+	struct slice slice; /* this client's part of the pool */
+	/* --isolation mw: the only key to the slice, and the region under it */
+	struct ibv_mw *window;
+	struct ibv_mr *slice_mr;
 	unsigned int sending; /* replies posted, not yet completed */
 	struct conn *next;
 };
@@ -137,6 +142,9 @@ static void usage(FILE *out)
 		"                         (default %u)\n"
 		"      --srq-depth N      receives kept posted (default %d)\n"
 		"      --max-conns N      clients at once (default %d)\n"
+		"      --isolation MODE   none: every client gets the pool's\n"
+		"                         rkey (default); mw: a memory window\n"
+		"                         over its own slice only\n"
 		"  -h, --help             show this text\n",
 		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS);
@@ -149,6 +157,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "pool-size", required_argument, NULL, 'P' },
 		{ "srq-depth", required_argument, NULL, 'S' },
 		{ "max-conns", required_argument, NULL, 'C' },
+		{ "isolation", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -180,6 +189,14 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		case 'C':
 			err = parse_number("connection limit", optarg, 1,
 					   MAX_MAX_CONNS, &max_conns);
+			break;
+		case 'I':
+			opt->isolation = strcmp(optarg, "mw") == 0;
+			if (!opt->isolation && strcmp(optarg, "none")) {
+				errorf("bad isolation '%s': want none or mw",
+				       optarg);
+				err = -EINVAL;
+			}
 			break;
 		case 'h':
 			opt->help = true;
@@ -417,6 +434,23 @@ static int cq_open(struct server *srv)
 	return ret ? fail("ibv_req_notify_cq", ret) : 0;
 }
 
+/* --isolation mw needs type 2 memory windows: not every device has them. */
+static int windows_check(struct server *srv)
+{
+	struct ibv_device_attr attr;
+	int ret = ibv_query_device(srv->verbs, &attr);
+
+	if (ret)
+		return fail("ibv_query_device", ret);
+	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+				       IBV_DEVICE_MEM_WINDOW_TYPE_2B))) {
+		errorf("--isolation mw: %s has no type 2 memory windows",
+		       ibv_get_device_name(srv->verbs->device));
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
 /*
  * Everything the NIC needs is made from the device the first client arrived
  * on: a listener bound to 0.0.0.0 does not know its device until then.
@@ -432,6 +466,11 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 	srv->verbs = verbs;
 	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
 		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
+	if (srv->opt.isolation) {
+		err = windows_check(srv);
+		if (err)
+			return err;
+	}
 	srv->pd = ibv_alloc_pd(verbs);
 	if (!srv->pd)
 		return fail("ibv_alloc_pd", errno);
@@ -530,9 +569,16 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 		err = fail("rdma_create_qp", errno);
 		goto out_free;
 	}
+	if (srv->opt.isolation) {
+		conn->window = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
+		if (!conn->window) {
+			err = fail("ibv_alloc_mw", errno);
+			goto out_destroy_qp;
+		}
+	}
 	if (rdma_accept(id, &param)) {
 		err = fail("rdma_accept", errno);
-		goto out_destroy_qp;
+		goto out_dealloc_mw;
 	}
 	conn->id = id;
 	conn->qp_num = id->qp->qp_num;
@@ -542,11 +588,80 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 	srv->nconns++;
 	return 0;
 
+out_dealloc_mw:
+	if (conn->window)
+		ibv_dealloc_mw(conn->window);
 out_destroy_qp:
 	rdma_destroy_qp(id);
 out_free:
 	free(conn);
 	return err;
+}
+
+/*
+ * --isolation mw.  The pool's rkey opens all of the pool to whoever holds
+ * it; instead, the client gets the rkey of a type 2 memory window over its
+ * slice alone.  A type 2 window is bound by a work request on the client's
+ * own QP and works only through that QP.  ibv_inc_rkey() gives the key a
+ * fresh low byte, so no earlier key of this window can match.  The bind goes
+ * on the send queue before the reply, and a send queue keeps its order: the
+ * window is bound before the client can know its key.
+ *
+ * The window sits on a region registered for this slice alone, not on the
+ * pool MR.  By the verbs, every access through a window is checked against
+ * the window's bounds; Soft-RoCE (rxe, Linux 6.1 at least) checks only the
+ * bounds of the region underneath, so over the pool MR a client could still
+ * write into its neighbour's slice.  With a region per slice, the two checks
+ * are the same one.  MW_BIND lets windows be bound over it; LOCAL_WRITE is
+ * required for a window that allows REMOTE_WRITE.
+ */
+static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
+{
+	uint8_t *slice = srv->pool_mem + conn->slice.off;
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_BIND,
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
+		.bind_mw.mw = conn->window,
+		.bind_mw.rkey = ibv_inc_rkey(conn->window->rkey),
+		.bind_mw.bind_info.addr = (uintptr_t)slice,
+		.bind_mw.bind_info.length = conn->slice.len,
+		.bind_mw.bind_info.mw_access_flags =
+			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+	};
+	struct ibv_send_wr *bad;
+	int ret;
+
+	conn->slice_mr =
+		ibv_reg_mr(srv->pd, slice, conn->slice.len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	if (!conn->slice_mr)
+		return fail("ibv_reg_mr(slice)", errno);
+	wr.bind_mw.bind_info.mr = conn->slice_mr;
+	ret = ibv_post_send(conn->id->qp, &wr, &bad);
+	if (ret) {
+		check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
+		conn->slice_mr = NULL;
+		return fail("ibv_post_send(bind window)", ret);
+	}
+	conn->sending++;
+	*rkey = wr.bind_mw.rkey;
+	return 0;
+}
+
+/*
+ * The client is gone, and its QP in the error state: invalidate its key
+ * (deallocating the window does that) before its slice goes back to the
+ * pool, then drop the region the window sat on.
+ */
+static void window_unbind(struct conn *conn)
+{
+	if (conn->window)
+		check("ibv_dealloc_mw", ibv_dealloc_mw(conn->window));
+	conn->window = NULL;
+	if (conn->slice_mr)
+		check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
+	conn->slice_mr = NULL;
 }
 
 static int on_completion(void *ctx, const struct ibv_wc *wc);
@@ -565,6 +680,7 @@ static void conn_close(struct server *srv, struct conn *conn)
 	rdma_disconnect(conn->id);
 	cq_drain(srv->cq, on_completion, srv);
 
+	window_unbind(conn);
 	if (conn->slice.len)
 		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
 	printf("disconnect qp=0x%" PRIx32 " freed=%zu\n", conn->qp_num,
@@ -648,9 +764,17 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		.magic = CTRL_MAGIC,
 		.version = CTRL_VERSION,
 		.type = CTRL_RESP_ALLOC,
-		.status = (uint32_t)-err,
 	};
+	uint32_t rkey = srv->pool_mr->rkey;
 
+	if (!err && srv->opt.isolation) {
+		err = window_bind(srv, conn, &rkey);
+		if (err) {
+			pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+			conn->slice = (struct slice){ 0 };
+		}
+	}
+	reply.status = (uint32_t)-err;
 	if (err) {
 		printf("deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
 		       conn->qp_num, asked, errno_name(-err));
@@ -661,7 +785,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		 * none of the next one's business. */
 		memset(slice, 0, conn->slice.len);
 		reply.addr = (uintptr_t)slice;
-		reply.rkey = srv->pool_mr->rkey;
+		reply.rkey = rkey;
 		reply.size = (uint32_t)conn->slice.len;
 		printf("grant qp=0x%" PRIx32 " addr=0x%" PRIx64
 		       " rkey=0x%" PRIx32 " size=%" PRIu32 "\n",

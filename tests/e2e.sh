@@ -52,8 +52,9 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_server_dies "$server" $((port + 2)) stopped
 	test_max_conns "$server" $((port + 3))
 	test_load "$server" $((port + 4))
-	test_no_isolation "$server" $((port + 5))
-	port=$((port + 6))
+	test_isolation "$server" $((port + 5)) none
+	test_isolation "$server" $((port + 6)) mw
+	port=$((port + 7))
 done
 test_client_args
 

@@ -320,12 +320,14 @@ test_load() {
 	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t"; fi
 }
 
-# The hazard of one rkey for the whole pool: every client holds the pool
-# MR's rkey, so a client can write into its neighbour's slice, and past the
-# end of its own. This test shows that it does (see the README, Isolation).
-test_no_isolation() {
-	local s=$1 port=$2 t=$1/no_isolation owner
-	start_server "$s" "$port" || { fail "$t" "server did not start"; return; }
+# Isolation. Without it every client holds the pool MR's rkey: a client can
+# write into its neighbour's slice, and past the end of its own, and the
+# test shows that it does. With --isolation mw each client's key is a memory
+# window over its own slice: the same writes fail with IBV_WC_REM_ACCESS_ERR
+# and the neighbour's data stays as it was.
+test_isolation() {
+	local s=$1 port=$2 mode=$3 t=$1/isolation_$3 owner want_write want_value
+	start_server "$s" "$port" --isolation "$mode" || { fail "$t" "server did not start"; return; }
 	# The owner takes the first slice, writes 4369 into its slot 0, waits
 	# while the others try their luck, and reads slot 0 back.
 	peer_steps owner "$port" req:4096 write:0:4369 sleep:3000 read:0 &
@@ -338,18 +340,32 @@ test_no_isolation() {
 	peer_steps overrun "$port" req:4096 write:4093:1 || true
 	wait "$owner" || true
 
-	expect_lines "$t/write_into_neighbour_lands" "$work/intruder.out" <<-EOF
+	if [ "$mode" = mw ]; then
+		want_write=IBV_WC_REM_ACCESS_ERR want_value=4369
+	else
+		want_write=IBV_WC_SUCCESS want_value=48879
+	fi
+	expect_lines "$t/write_into_neighbour" "$work/intruder.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
-		write off=-4096 status=IBV_WC_SUCCESS
+		write off=-4096 status=$want_write
 	EOF
-	expect_lines "$t/write_past_the_end_lands" "$work/overrun.out" <<-EOF
+	expect_lines "$t/write_one_byte_past_the_end" "$work/overrun.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
-		write off=4093 status=IBV_WC_SUCCESS
+		write off=4093 status=$want_write
 	EOF
-	expect_lines "$t/neighbour_finds_it" "$work/owner.out" <<-EOF
+	expect_lines "$t/neighbour_reads_back" "$work/owner.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
 		write off=0 status=IBV_WC_SUCCESS
-		read off=0 value=48879 status=IBV_WC_SUCCESS
+		read off=0 value=$want_value status=IBV_WC_SUCCESS
 	EOF
-	stop_server || fail "$t/server_exit" "exit status $?"
+	if [ "$mode" = mw ]; then
+		# Every client has a key of its own, and the protocol still works.
+		if [ "$(grep -h '^reply status=0 ' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out | sort -u | wc -l)" = 3 ]; then
+			pass "$t/keys_of_their_own"
+		else
+			fail "$t/keys_of_their_own" "two clients were given the same rkey"
+		fi
+		test_one_client "$t" "$port"
+	fi
+	test_sigint "$t"
 }
