@@ -670,8 +670,9 @@ static int on_completion(void *ctx, const struct ibv_wc *wc);
  * A connection is over.  rdma_disconnect() moves the QP to the error state,
  * so the NIC accepts nothing more from this client and flushes its unsent
  * replies (it fails harmlessly if the peer disconnected first).  Draining the
- * CQ then settles every completion this QP left behind, before the slice
- * goes back to the pool for the next client and the QP is destroyed.
+ * CQ then settles every completion this QP left behind, and under
+ * --isolation mw the client's window is invalidated, before the slice goes
+ * back to the pool for the next client and the QP is destroyed.
  */
 static void conn_close(struct server *srv, struct conn *conn)
 {

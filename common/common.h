@@ -5,11 +5,14 @@
  *   - the chunk pool: a bitmap that carves the server's memory into slices;
  *   - the protocol decisions both servers make (what to answer a request,
  *     whether a doorbell's slot holds what it should);
- *   - completion helpers: names for work-completion codes, a CQ drain loop;
- *   - number parsing for command lines.
+ *   - completion helpers: names for work-completion codes and asynchronous
+ *     events, a CQ drain loop;
+ *   - number parsing for command lines, and the one error idiom (fail,
+ *     check, errorf) with the "no RDMA device" advice.
  *
- * Everything here is plain C over libibverbs types; nothing in it talks to a
- * device except cq_drain().  Functions return 0 or a negative errno value.
+ * Everything here is plain C over libibverbs types; only cq_drain() and
+ * devices_check() talk to the verbs library.  Functions return 0 or a
+ * negative errno value.
  */
 #ifndef RDMA_POOL_COMMON_H
 #define RDMA_POOL_COMMON_H
