@@ -76,6 +76,8 @@
 #define LISTEN_BACKLOG 16
 /* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
 #define RNR_RETRY_FOREVER 7
+/* how long a client waits after "receiver not ready": code 12 = 0.64 ms */
+#define MIN_RNR_TIMER 12
 
 /* wr_id says which queue a completion came from: see on_completion(). */
 #define WRID_RECV (UINT64_C(1) << 32)
@@ -536,6 +538,25 @@ static struct conn *conn_find(struct server *srv, uint32_t qp_num)
 }
 
 /*
+ * When a message finds the SRQ empty, our NIC answers "receiver not ready"
+ * and names a time the sender must wait before it tries again: the QP's
+ * min_rnr_timer, a 5-bit code.  rdma_accept() leaves it at 0, which does
+ * not mean "no wait" but the longest one there is, 655 ms, so a client
+ * that meets an empty SRQ for a moment would stall for most of a second
+ * (and on Soft-RoCE, whose retransmit timer keeps running meanwhile, may
+ * use up its transport retries).  Only the connected QP (RTR or RTS) can
+ * be given a shorter wait.  Should that fail, the connection still works,
+ * only slowly under load: hence a warning, not an error.
+ */
+static void rnr_timer_shorten(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
+
+	check("ibv_modify_qp(min_rnr_timer)",
+	      ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER));
+}
+
+/*
  * A connect request brings a new cm_id: give it a reliable-connected (RC) QP
  * and accept.  The QP's receive side is the SRQ, so it gets no receive
  * queue of its own; its send side carries only replies.
@@ -580,6 +601,7 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 		err = fail("rdma_accept", errno);
 		goto out_dealloc_mw;
 	}
+	rnr_timer_shorten(id->qp);
 	conn->id = id;
 	conn->qp_num = id->qp->qp_num;
 	id->context = conn;
