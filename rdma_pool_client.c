@@ -19,6 +19,13 @@
  *      which completes there with imm = i.  That is the doorbell.
  *   5. Disconnect and take everything down in reverse order.
  *
+ * Step 4 is where the speed is.  Each write is tiny, so what costs is the
+ * work per work request, not the bytes: the values travel inline, a whole
+ * batch goes to the NIC with one ibv_post_send(), and with --window W the
+ * next batches are posted while earlier doorbells are still on the wire.
+ * --no-inline and --post-each undo the first two, to measure what each
+ * is worth (make bench does).
+ *
  *   usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>
  */
 #include <endian.h>
@@ -38,6 +45,8 @@
 
 #define DEFAULT_WRITES 1000
 #define DEFAULT_DOORBELL_EVERY 32
+#define DEFAULT_WINDOW 1 /* wait for each doorbell before the next batch */
+#define RTT_SAMPLES (1u << 20) /* round trips kept for the statistics */
 #define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
 /*
  * How long any one wait may take: a CM event, a reply, a doorbell.  A
@@ -65,6 +74,10 @@ struct options {
 	uint16_t port;
 	uint32_t writes;
 	uint32_t every;
+	uint32_t window;
+	bool inline_data;
+	bool post_list;
+	bool quiet;
 	bool help;
 };
 
@@ -87,7 +100,19 @@ struct client {
 	/* One batch of work requests: K - 1 writes and a doorbell. */
 	struct ibv_send_wr *wrs;
 	struct ibv_sge *sges;
+	/* The values of the W batches that may be in flight, registered for
+	 * --no-inline, where the NIC reads them from here. */
 	uint32_t *values;
+	struct ibv_mr *values_mr;
+
+	/* Doorbells posted and not completed yet, oldest first (a ring of
+	 * W), and the round trip of each one completed. */
+	struct pending {
+		uint32_t seq;
+		double posted;
+	} *pending;
+	double *rtts;
+	uint32_t nrtts, max_rtts;
 };
 
 /* ---- command line ------------------------------------------------------- */
@@ -100,8 +125,16 @@ static void usage(FILE *out)
 		"  -n, --writes N             RDMA WRITEs to stream (default %d)\n"
 		"  -k, --doorbell-every K     a doorbell every K writes "
 		"(default %d)\n"
+		"  -w, --window W             up to W doorbells in flight "
+		"(default %d)\n"
+		"      --no-inline            values from registered memory, "
+		"not inline\n"
+		"      --post-each            one ibv_post_send() per write, "
+		"not per batch\n"
+		"  -q, --quiet                no line per doorbell\n"
 		"  -h, --help                 show this text\n",
-		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY);
+		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY,
+		DEFAULT_WINDOW);
 }
 
 static int parse_options(int argc, char **argv, struct options *opt)
@@ -110,16 +143,23 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "port", required_argument, NULL, 'p' },
 		{ "writes", required_argument, NULL, 'n' },
 		{ "doorbell-every", required_argument, NULL, 'k' },
+		{ "window", required_argument, NULL, 'w' },
+		{ "no-inline", no_argument, NULL, 'I' },
+		{ "post-each", no_argument, NULL, 'E' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES;
 	uint64_t every = DEFAULT_DOORBELL_EVERY, size = 0;
+	uint64_t window = DEFAULT_WINDOW;
 	int c, err = 0;
 
+	opt->inline_data = true;
+	opt->post_list = true;
 	opterr = 0; /* our messages, not getopt's */
-	while (!err &&
-	       (c = getopt_long(argc, argv, "p:n:k:h", longopts, NULL)) != -1) {
+	while (!err && (c = getopt_long(argc, argv, "p:n:k:w:qh", longopts,
+					NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			err = parse_number("port", optarg, 1, UINT16_MAX,
@@ -132,6 +172,19 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		case 'k':
 			err = parse_number("doorbell interval", optarg, 1,
 					   UINT32_MAX, &every);
+			break;
+		case 'w':
+			err = parse_number("window", optarg, 1, UINT32_MAX,
+					   &window);
+			break;
+		case 'I':
+			opt->inline_data = false;
+			break;
+		case 'E':
+			opt->post_list = false;
+			break;
+		case 'q':
+			opt->quiet = true;
 			break;
 		case 'h':
 			opt->help = true;
@@ -162,6 +215,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	opt->port = (uint16_t)port;
 	opt->writes = (uint32_t)writes;
 	opt->every = (uint32_t)every;
+	opt->window = (uint32_t)window;
 	opt->size = (uint32_t)size;
 	return 0;
 }
@@ -312,22 +366,25 @@ static int recv_post_reply(struct client *cl)
 }
 
 /*
- * The send queue holds one batch: K work requests, since the doorbell
- * completing is what frees the slots of the K - 1 unsignaled writes before
- * it (a send queue retires its entries in order).  If the QP fails, every
- * outstanding request completes with an error, signaled or not, so the CQ
- * is as deep as both queues together.
+ * The send queue holds W batches of K work requests: a send queue retires
+ * its entries in order, so a doorbell completing is what frees its own
+ * slot and those of the K - 1 unsignaled writes before it.  If the QP
+ * fails, every outstanding request completes with an error, signaled or
+ * not, so the CQ is as deep as both queues together.
  */
 static int verbs_open(struct client *cl)
 {
+	uint64_t depth = (uint64_t)cl->opt.every * cl->opt.window;
+	uint64_t doorbells = (uint64_t)cl->opt.writes / cl->opt.every + 1;
 	struct ibv_qp_init_attr attr = {
 		.qp_type = IBV_QPT_RC,
-		.cap.max_send_wr = cl->opt.every,
+		.cap.max_send_wr = (uint32_t)depth,
 		.cap.max_recv_wr = 1,
 		.cap.max_send_sge = 1,
 		.cap.max_recv_sge = 1,
-		/* the 4-byte values travel inside the request */
-		.cap.max_inline_data = sizeof(uint32_t),
+		/* room for a 4-byte value inside each work request */
+		.cap.max_inline_data =
+			cl->opt.inline_data ? sizeof(uint32_t) : 0,
 	};
 	struct ibv_device_attr dev;
 	int ret;
@@ -335,10 +392,11 @@ static int verbs_open(struct client *cl)
 	ret = ibv_query_device(cl->id->verbs, &dev);
 	if (ret)
 		return fail("ibv_query_device", ret);
-	if (cl->opt.every > (uint32_t)dev.max_qp_wr) {
-		errorf("a doorbell every %" PRIu32
-		       " writes needs a send queue that deep; %s allows %d",
-		       cl->opt.every,
+	if (depth > (uint64_t)dev.max_qp_wr) {
+		errorf("%" PRIu32 " doorbells in flight, one every %" PRIu32
+		       " writes, need a send queue %" PRIu64
+		       " deep; %s allows %d",
+		       cl->opt.window, cl->opt.every, depth,
 		       ibv_get_device_name(cl->id->verbs->device),
 		       dev.max_qp_wr);
 		return -EINVAL;
@@ -347,8 +405,7 @@ static int verbs_open(struct client *cl)
 	cl->pd = ibv_alloc_pd(cl->id->verbs);
 	if (!cl->pd)
 		return fail("ibv_alloc_pd", errno);
-	cl->cq = ibv_create_cq(cl->id->verbs, (int)cl->opt.every + 1, NULL,
-			       NULL, 0);
+	cl->cq = ibv_create_cq(cl->id->verbs, (int)depth + 1, NULL, NULL, 0);
 	if (!cl->cq)
 		return fail("ibv_create_cq", errno);
 	attr.send_cq = cl->cq;
@@ -366,9 +423,23 @@ static int verbs_open(struct client *cl)
 
 	cl->wrs = calloc(cl->opt.every, sizeof(*cl->wrs));
 	cl->sges = calloc(cl->opt.every, sizeof(*cl->sges));
-	cl->values = calloc(cl->opt.every, sizeof(*cl->values));
-	if (!cl->wrs || !cl->sges || !cl->values)
+	cl->values = calloc(depth, sizeof(*cl->values));
+	cl->pending = calloc(cl->opt.window, sizeof(*cl->pending));
+	cl->max_rtts = doorbells < RTT_SAMPLES ? (uint32_t)doorbells
+					       : RTT_SAMPLES;
+	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
+	if (!cl->wrs || !cl->sges || !cl->values || !cl->pending || !cl->rtts)
 		return fail("calloc(work requests)", ENOMEM);
+	/* Without inline data the NIC fetches each value from memory when it
+	 * sends the write, which may be long after ibv_post_send() returned:
+	 * so the memory must be registered, and a value must stay untouched
+	 * until its batch has completed. */
+	if (!cl->opt.inline_data) {
+		cl->values_mr = ibv_reg_mr(cl->pd, cl->values,
+					   depth * sizeof(*cl->values), 0);
+		if (!cl->values_mr)
+			return fail("ibv_reg_mr(values)", errno);
+	}
 
 	/* Post the receive for the reply before anything can be sent: a
 	 * message that finds no receive waiting is answered "receiver not
@@ -530,99 +601,164 @@ static int slice_request(struct client *cl)
 /* ---- the write stream --------------------------------------------------- */
 
 /*
- * Writes first..last as one list of work requests, handed to the NIC with
- * a single ibv_post_send().  Each carries its 4-byte value inline: the
- * library copies it into the work request, so the value array may be
- * reused at once and needs no registration.  Only the last one, the
- * doorbell, asks for a completion (IBV_SEND_SIGNALED) and carries an
- * immediate value; the others complete silently.
+ * Writes first..last as one list of work requests, the last of them the
+ * doorbell: only it asks for a completion (IBV_SEND_SIGNALED) and carries
+ * an immediate value; the others complete silently.
+ *
+ * Each work request costs the NIC (and Soft-RoCE, a system call per
+ * ibv_post_send()) more than its 4 bytes do, hence two things:
+ *   - IBV_SEND_INLINE: the library copies the value into the work request
+ *     itself, so the NIC need not fetch it from memory in a second step;
+ *     the value's memory needs no registration and may be reused at once.
+ *   - one ibv_post_send() for the whole list: one doorbell ring of our own
+ *     (the MMIO write or system call that tells the NIC to look at its
+ *     queue) per K writes instead of one per write.
+ * --no-inline and --post-each turn these off, to measure them.
  */
 static int batch_post(struct client *cl, uint32_t first, uint32_t last)
 {
-	struct ibv_send_wr *bad;
+	uint32_t batch = (first - 1) / cl->opt.every;
+	uint32_t *values =
+		cl->values + (size_t)(batch % cl->opt.window) * cl->opt.every;
+	struct pending *doorbell = &cl->pending[batch % cl->opt.window];
+	unsigned int flags = cl->opt.inline_data ? IBV_SEND_INLINE : 0;
+	struct ibv_send_wr *wr, *next, *bad;
+	uint32_t count = last - first + 1;
 
-	for (uint32_t i = first; i <= last; i++) {
-		uint32_t k = i - first;
-		bool doorbell = i == last;
+	for (uint32_t k = 0; k < count; k++) {
+		uint32_t i = first + k;
+		bool is_doorbell = i == last;
 
-		cl->values[k] = htobe32(i);
+		values[k] = htobe32(i);
 		cl->sges[k] = (struct ibv_sge){
-			.addr = (uintptr_t)&cl->values[k],
-			.length = sizeof(cl->values[k]),
+			.addr = (uintptr_t)&values[k],
+			.length = sizeof(values[k]),
+			.lkey = cl->values_mr ? cl->values_mr->lkey : 0,
 		};
 		cl->wrs[k] = (struct ibv_send_wr){
 			.wr_id = i,
-			.next = doorbell ? NULL : &cl->wrs[k + 1],
+			.next = is_doorbell ? NULL : &cl->wrs[k + 1],
 			.sg_list = &cl->sges[k],
 			.num_sge = 1,
-			.opcode = doorbell ? IBV_WR_RDMA_WRITE_WITH_IMM
-					   : IBV_WR_RDMA_WRITE,
-			.send_flags = IBV_SEND_INLINE |
-				      (doorbell ? IBV_SEND_SIGNALED : 0),
-			.imm_data = doorbell ? htobe32(i) : 0,
-			.wr.rdma =
-				{
-					.remote_addr = cl->remote_addr +
-						       (uint64_t)((i - 1) %
-								  cl->slots) *
-							       sizeof(uint32_t),
-					.rkey = cl->rkey,
-				},
+			.opcode = is_doorbell ? IBV_WR_RDMA_WRITE_WITH_IMM
+					      : IBV_WR_RDMA_WRITE,
+			.send_flags = flags |
+				      (is_doorbell ? IBV_SEND_SIGNALED : 0),
+			.imm_data = is_doorbell ? htobe32(i) : 0,
+			.wr.rdma.remote_addr =
+				cl->remote_addr +
+				(uint64_t)((i - 1) % cl->slots) *
+					sizeof(uint32_t),
+			.wr.rdma.rkey = cl->rkey,
 		};
 	}
-	return check("ibv_post_send(writes)",
-		     ibv_post_send(cl->id->qp, cl->wrs, &bad));
+
+	doorbell->seq = last;
+	if (cl->opt.post_list) {
+		doorbell->posted = now_seconds();
+		return check("ibv_post_send(writes)",
+			     ibv_post_send(cl->id->qp, cl->wrs, &bad));
+	}
+	for (wr = cl->wrs; wr; wr = next) {
+		next = wr->next;
+		wr->next = NULL;
+		if (!next)
+			doorbell->posted = now_seconds();
+		if (check("ibv_post_send(write)",
+			  ibv_post_send(cl->id->qp, wr, &bad)))
+			return -EIO;
+	}
+	return 0;
 }
 
 /*
  * The doorbell's completion means the server's NIC has acknowledged it, and
  * on a reliable connection that acknowledges every write before it too.
+ * Doorbells complete in the order they were posted: the oldest one pending
+ * is the one to come.
  */
-static int doorbell_wait(struct client *cl, uint32_t seq)
+static int doorbell_wait(struct client *cl, const struct pending *doorbell)
 {
 	struct ibv_wc wc;
 	int err = cq_wait(cl, &wc);
 
 	if (err)
 		return err;
-	if (wc.wr_id != seq) {
+	if (wc.wr_id != doorbell->seq) {
 		errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64
 		       " came",
-		       seq, wc.wr_id);
+		       doorbell->seq, wc.wr_id);
 		return -EPROTO;
 	}
-	printf("doorbell seq=%" PRIu32 " completed\n", seq);
+	if (cl->nrtts < cl->max_rtts)
+		cl->rtts[cl->nrtts++] = now_seconds() - doorbell->posted;
+	if (!cl->opt.quiet)
+		printf("doorbell seq=%" PRIu32 " completed\n", doorbell->seq);
 	return 0;
 }
 
-/* Batches end at every multiple of K, and at N. */
+/*
+ * Batches end at every multiple of K, and at N.  Up to W of them are in
+ * flight: with W = 1 the send queue runs empty while each doorbell makes
+ * its round trip; with more, the NIC always has the next batch to send.
+ */
 static int stream(struct client *cl)
 {
-	uint32_t n = cl->opt.writes, k = cl->opt.every, doorbells = 0;
+	uint64_t n = cl->opt.writes, next = 1; /* the next write to post */
+	uint32_t posted = 0, completed = 0;    /* batches */
 	double start = now_seconds(), seconds;
-	uint32_t first = 1;
+	int err = 0;
 
-	while (first <= n) {
-		uint32_t last = first - 1 + (k - (first - 1) % k);
-		int err;
+	while (!err && (next <= n || completed < posted)) {
+		if (next <= n && posted - completed < cl->opt.window) {
+			uint64_t last = next - 1 + cl->opt.every;
 
-		if (last > n)
-			last = n;
-		err = batch_post(cl, first, last);
-		if (!err)
-			err = doorbell_wait(cl, last);
-		if (err)
-			return err;
-		doorbells++;
-		if (last == n)
-			break;
-		first = last + 1;
+			if (last > n)
+				last = n;
+			err = batch_post(cl, (uint32_t)next, (uint32_t)last);
+			next = last + 1;
+			posted++;
+		} else {
+			err = doorbell_wait(
+				cl, &cl->pending[completed % cl->opt.window]);
+			completed++;
+		}
 	}
+	if (err)
+		return err;
 	seconds = now_seconds() - start;
-	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
+	printf("done writes=%" PRIu64 " doorbells=%" PRIu32 " seconds=%.3f "
 	       "writes_per_s=%.0f\n",
-	       n, doorbells, seconds, seconds > 0 ? n / seconds : 0.0);
+	       n, completed, seconds, seconds > 0 ? (double)n / seconds : 0.0);
 	return 0;
+}
+
+static int seconds_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Each doorbell's round trip, from ibv_post_send() to its completion: the
+ * write crossing to the server's NIC and the acknowledgement coming back
+ * (and, with a window, the wait behind earlier batches).  The median and
+ * the 99th percentile (nearest rank), in microseconds, of the first
+ * RTT_SAMPLES doorbells.
+ */
+static void rtt_report(struct client *cl)
+{
+	uint32_t n = cl->nrtts;
+
+	if (!n)
+		return;
+	qsort(cl->rtts, n, sizeof(*cl->rtts), seconds_cmp);
+	printf("rtt doorbells=%" PRIu32 " median_us=%.1f p99_us=%.1f "
+	       "max_us=%.1f\n",
+	       n, cl->rtts[(n - 1) / 2] * 1e6,
+	       cl->rtts[((uint64_t)n * 99 + 99) / 100 - 1] * 1e6,
+	       cl->rtts[n - 1] * 1e6);
 }
 
 /* ---- the end ------------------------------------------------------------ */
@@ -639,6 +775,10 @@ static int cm_disconnect(struct client *cl)
 /* Everything in reverse order of creation; safe on a half-built client. */
 static void client_close(struct client *cl)
 {
+	free(cl->rtts);
+	free(cl->pending);
+	if (cl->values_mr)
+		check("ibv_dereg_mr", ibv_dereg_mr(cl->values_mr));
 	free(cl->values);
 	free(cl->sges);
 	free(cl->wrs);
@@ -682,6 +822,8 @@ int main(int argc, char **argv)
 		err = slice_request(&cl);
 	if (!err)
 		err = stream(&cl);
+	if (!err)
+		rtt_report(&cl);
 	if (cl.connected) {
 		int ret = cm_disconnect(&cl);
 

@@ -14,6 +14,80 @@ test_one_client() {
 	fi
 }
 
+# The client's ways of posting (see make bench): several doorbells in
+# flight, values from registered memory, one ibv_post_send per write. The
+# protocol must not notice: every doorbell in order, value == seq.
+test_client_modes() {
+	local t=$1/client_modes port=$2 mode n k name status why
+	for mode in "-w 3" "--no-inline --post-each" "-w 8 --no-inline"; do
+		n=1000 k=7
+		name=mode_${mode// /}
+		status=0
+		# shellcheck disable=SC2086 # the options are words
+		run_client "$name" "$port" "$RDMA_ADDR" 10000 -n "$n" -k "$k" $mode || status=$?
+		if [ "$status" != 0 ]; then
+			fail "$t/${mode// /}" "client exited $status ($(head -c 300 "$work/$name.err"))"
+		elif why=$(check_session "$name" "$n" "$k" 12288); then
+			pass "$t/${mode// /}"
+		else
+			fail "$t/${mode// /}" "$why"
+		fi
+	done
+}
+
+# --quiet: the doorbells still ring and the server still checks each one,
+# but the client prints only the summaries.
+test_client_quiet() {
+	local t=$1/client_quiet port=$2 status=0 start bad
+	start=$(($(wc -l <"$work/server.out") + 1))
+	run_client quiet "$port" "$RDMA_ADDR" 4096 -n 300 -k 1 -w 4 --quiet || status=$?
+	sleep 1 # for the server's lines
+	bad=$(tail -n "+$start" "$work/server.out" | awk '
+		$1 == "doorbell" { n++; split($3, s, "="); split($4, v, "=")
+			if ($5 != "ok" || s[2] != v[2] || s[2] != n) bad++ }
+		END { print bad + 0, n + 0 }')
+	if [ "$status" != 0 ]; then
+		fail "$t" "client exited $status ($(head -c 300 "$work/quiet.err"))"
+	elif grep -q '^doorbell ' "$work/quiet.out"; then
+		fail "$t" "the client printed doorbell lines"
+	elif ! grep -qx 'done writes=300 doorbells=300 .*' "$work/quiet.out" ||
+		! grep -qx 'rtt doorbells=300 median_us=[0-9.]* .*' "$work/quiet.out"; then
+		fail "$t" "no 'done' and 'rtt' summaries for 300 doorbells"
+	elif [ "$bad" != "0 300" ]; then
+		fail "$t" "server doorbells (bad, count): $bad, want 0 300"
+	else
+		pass "$t"
+	fi
+}
+
+# A smoke run of make bench (scripts/bench.sh --smoke): a few hundred
+# writes at K = 16 through every measurement, so that the benchmark cannot
+# rot. bench.sh itself fails if any doorbell came out of order or wrong;
+# here every number it reports must be there and positive, and the plot
+# must be a PNG.
+test_bench_smoke() {
+	local t=bench_smoke dir=$work/bench status=0 why=''
+	timeout 600 "$top/scripts/bench.sh" --smoke "$dir" >"$work/bench.out" 2>&1 || status=$?
+	if [ "$status" != 0 ]; then
+		why="bench.sh --smoke exited $status: $(tail -n 3 "$work/bench.out")"
+	elif ! grep -Eq '^\| ib_write_bw -s 4 -R \| - \| [1-9][0-9]* \|' "$dir/results.md"; then
+		why="no ib_write_bw rate in results.md"
+	elif ! grep -Eq '^\| rdma_pool_client \| 16 \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \|$' "$dir/results.md"; then
+		why="no client rates for K=16, W=1 and W=4, in results.md"
+	elif [ "$(grep -Ec '^\| (ib_write_lat|rdma_pool_client -k 1).* \| [0-9.]*[1-9][0-9.]* \| [0-9.]*[1-9][0-9.]* \|$' "$dir/results.md")" != 3 ]; then
+		why="not 3 latency rows with a median and a p99 in results.md"
+	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 2 ]; then
+		why="not 2 CPU rows, one per server, in results.md"
+	elif [ "$(head -c 8 "$dir/writes_per_s.png" | od -An -tx1 | tr -d ' ')" != 89504e470d0a1a0a ]; then
+		why="writes_per_s.png is not a PNG"
+	fi
+	if [ -n "$why" ]; then
+		fail "$t" "$why"
+	else
+		pass "$t"
+	fi
+}
+
 # grants_disjoint FILE: no slice is granted over one still held. Walking the
 # server's lines in order, each grant must not overlap any slice granted
 # before it and not yet freed by its connection's disconnect line.

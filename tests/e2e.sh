@@ -27,6 +27,8 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 		test_deny "$server/deny_size_0" "$port" 0 EINVAL
 		test_deny "$server/deny_larger_than_pool" "$port" 4194305 EINVAL
 		test_serves_after_deny "$server" "$port"
+		test_client_modes "$server" "$port"
+		test_client_quiet "$server" "$port"
 		test_sigint "$server"
 	else
 		fail "$server/starts" "no 'listen' line within 20 s"

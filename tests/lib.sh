@@ -138,6 +138,10 @@ check_session() {
 		echo "client printed no matching 'done' summary"
 		return 1
 	fi
+	if ! grep -qx "rtt doorbells=$(doorbell_seqs "$n" "$k" | wc -l) median_us=[0-9.]* p99_us=[0-9.]* max_us=[0-9.]*" "$out"; then
+		echo "client printed no matching 'rtt' summary"
+		return 1
+	fi
 
 	lines=$(session "$grant")
 	want=$(doorbell_seqs "$n" "$k" | sed "s/.*/doorbell $qp seq=& value=& ok/")

@@ -35,6 +35,8 @@ test_client_args() {
 	expect_error "$t/port_65536" 5 "bad port '65536'" "$client" -p 65536 "$RDMA_ADDR" 100
 	expect_error "$t/writes_junk" 5 "bad number of writes 'x'" "$client" -n x "$RDMA_ADDR" 100
 	expect_error "$t/doorbell_every_0" 5 "bad doorbell interval '0'" "$client" -k 0 "$RDMA_ADDR" 100
+	expect_error "$t/window_0" 5 "bad window '0'" "$client" -w 0 "$RDMA_ADDR" 100
+	expect_error "$t/window_too_deep" 10 "need a send queue 4294967296 deep; rxe0 allows" "$client" -k 65536 -w 65536 "$RDMA_ADDR" 100
 	expect_error "$t/unresolvable_address" 10 "cannot resolve 'no-such-host.invalid'" "$client" no-such-host.invalid 100
 	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
 }
