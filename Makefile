@@ -3,6 +3,8 @@
 #   make test             unit tests, fuzzing, end-to-end tests on Soft-RoCE
 #   make test SANITIZE=1  the same, every program built with ASan and UBSan
 #   make demo             a server and a client on Soft-RoCE, with their output
+#   make bench            the client against perftest, and the servers' CPU
+#                         time: bench-results/results.md and a plot
 #   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
 
 CC ?= cc
@@ -61,7 +63,13 @@ demo: deps
 	$(MAKE) all
 	scripts/soft-roce.sh scripts/demo.sh
 
+# A measurement, not a test (make test runs a small version of it).
+bench: deps
+	$(MAKE) all
+	scripts/soft-roce.sh scripts/bench.sh $(CURDIR)/bench-results
+	@cat bench-results/results.md
+
 deps:
 	scripts/deps.sh
 
-.PHONY: all clean test demo deps fuzz FORCE
+.PHONY: all clean test demo bench deps fuzz FORCE

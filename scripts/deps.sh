@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install what `make`, `make test` and `make demo` need on Debian 12.
+# Install what `make`, `make test`, `make demo` and `make bench` need on
+# Debian 12.
 # Quick and silent when everything is already there.
 set -euo pipefail
 
@@ -13,6 +14,8 @@ packages=(
 	qemu-system-x86 linux-image-amd64 busybox-static cpio
 	# tests: libFuzzer (clang's), and mounts for the no-device test
 	clang libclang-rt-dev util-linux
+	# make bench (and its smoke run in make test): the plot
+	gnuplot-nox
 )
 
 missing=()

@@ -59,6 +59,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	port=$((port + 7))
 done
 test_client_args
+test_bench_smoke
 
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]
