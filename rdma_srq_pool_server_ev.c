@@ -341,6 +341,8 @@ static int pool_register(struct server *srv)
 				   IBV_ACCESS_REMOTE_READ);
 	if (!srv->pool_mr)
 		return fail("ibv_reg_mr(pool)", errno);
+	printf("pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
+	       (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
 	return 0;
 }
 
