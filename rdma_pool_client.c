@@ -2,29 +2,32 @@
  * rdma_pool_client.c - borrows a slice of a server's memory and writes into
  * it with one-sided RDMA WRITEs, ringing a doorbell every K writes.
  *
- * The story, in the order this file tells it:
+ * Read this file first: one connection meets every idea of the project, in
+ * this order.  The core path, as it runs:
  *
- *   1. Find the server: the connection manager (librdmacm) turns an IP
- *      address into a route through an RDMA device, like connect() would.
- *   2. Build the verbs objects on that device: a protection domain, a
- *      completion queue, a reliable-connected queue pair, and a registered
- *      buffer for the two control messages.
- *   3. Connect, then ask for memory: SEND a REQ_ALLOC, RECV the RESP_ALLOC
- *      with the slice's address, its rkey (the key that lets our NIC write
- *      into the server's memory) and its size.
- *   4. Stream: write i (i = 1..N) puts the value i into slot (i-1) % slots
- *      of the slice.  The server's CPU never sees these writes, so every
- *      K-th write (and the last) is an RDMA WRITE WITH IMMEDIATE: it writes
- *      its slot like the others but also consumes a receive on the server,
- *      which completes there with imm = i.  That is the doorbell.
- *   5. Disconnect and take everything down in reverse order.
+ *   main
+ *     cm_resolve      find the server: its address, then a route to it
+ *     verbs_open      a protection domain, a completion queue, a queue pair,
+ *                     registered memory, and a receive posted for the reply
+ *     cm_connect      connect our queue pair to one on the server
+ *     slice_request   SEND a REQ_ALLOC; the RESP_ALLOC that comes back holds
+ *                     the slice's address, its rkey and its size
+ *     stream          write i = 1..N into slot (i-1) % slots of the slice:
+ *       batch_post      K writes with one ibv_post_send(), the last of them
+ *                       the doorbell, an RDMA WRITE WITH IMMEDIATE
+ *       doorbell_wait   its completion: the server's NIC has them all
+ *     cm_disconnect   say goodbye, so that the server frees the slice at once
+ *     client_close    everything, in reverse order
  *
- * Step 4 is where the speed is.  Each write is tiny, so what costs is the
- * work per work request, not the bytes: the values travel inline, a whole
- * batch goes to the NIC with one ibv_post_send(), and with --window W the
- * next batches are posted while earlier doorbells are still on the wire.
- * --no-inline and --post-each undo the first two, to measure what each
- * is worth (make bench does).
+ * The server's CPU never sees a plain RDMA WRITE: the NIC puts the data in
+ * memory and tells nobody.  The doorbell writes its slot like the others,
+ * but its immediate value (i) also consumes a receive on the server, and
+ * that makes a completion the server's CPU does see.
+ *
+ * Below the banner "Beyond the core path" is what a first read may skip:
+ * the command line, the ACK timeout, the buffers of the stream (a window of
+ * doorbells in flight, --no-inline, --post-each) and the round-trip
+ * statistics.
  *
  *   usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>
  */
@@ -43,27 +46,12 @@
 
 #include "common/common.h"
 
-#define DEFAULT_WRITES 1000
-#define DEFAULT_DOORBELL_EVERY 32
-#define DEFAULT_WINDOW 1 /* wait for each doorbell before the next batch */
-#define RTT_SAMPLES (1u << 20) /* round trips kept for the statistics */
-#define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
 /*
  * How long any one wait may take: a CM event, a reply, a doorbell.  A
  * server that dies mid-stream shows up sooner, as a failed completion, once
  * the NIC has given up its retries.
  */
 #define WAIT_TIMEOUT_MS 10000
-/*
- * Resends of an unacknowledged packet before the work request fails.  The
- * verbs allow up to 7, but Soft-RoCE reads 7 as "forever", as the spec does
- * only for rnr_retry_count: 6 is the most that still ends.
- */
-#define TRANSPORT_RETRIES 6
-#define ACK_TIMEOUT_EXP 16 /* see ack_timeout_set() */
-/* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
-#define RNR_RETRY_FOREVER 7
-
 /* wr_id of the two control-message work requests; write i has wr_id i. */
 #define WRID_REQ 0
 #define WRID_REPLY UINT64_MAX
@@ -73,12 +61,19 @@ struct options {
 	uint32_t size;
 	uint16_t port;
 	uint32_t writes;
-	uint32_t every;
-	uint32_t window;
+	uint32_t every;	 /* K: a doorbell every K writes */
+	uint32_t window; /* W: doorbells in flight at most */
 	bool inline_data;
-	bool post_list;
+	bool post_each;
 	bool quiet;
 	bool help;
+};
+
+/* A doorbell posted and not yet completed, and the values of its batch. */
+struct doorbell {
+	uint32_t seq;
+	uint32_t *values; /* K of them, big-endian */
+	double posted;	  /* when it was handed to the NIC */
 };
 
 struct client {
@@ -100,158 +95,47 @@ struct client {
 	/* One batch of work requests: K - 1 writes and a doorbell. */
 	struct ibv_send_wr *wrs;
 	struct ibv_sge *sges;
-	/* The values of the W batches that may be in flight, registered for
-	 * --no-inline, where the NIC reads them from here. */
+	unsigned int send_flags; /* IBV_SEND_INLINE, unless --no-inline */
+	uint32_t values_lkey;	 /* 0 for inline data, which needs none */
+	/* Doorbells in flight: a ring of W, oldest first. */
+	struct doorbell *doorbells;
+	uint32_t posted, completed;
+
+	/* Beyond the core path: stream_open() and friends. */
 	uint32_t *values;
 	struct ibv_mr *values_mr;
-
-	/* Doorbells posted and not completed yet, oldest first (a ring of
-	 * W), and the round trip of each one completed. */
-	struct pending {
-		uint32_t seq;
-		double posted;
-	} *pending;
 	double *rtts;
 	uint32_t nrtts, max_rtts;
 };
 
-/* ---- command line ------------------------------------------------------- */
+/* Beyond the core path: defined after the banner below. */
+static int parse_options(int argc, char **argv, struct options *opt);
+static void usage(FILE *out);
+static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
+			 enum rdma_cm_event_type expected);
+static int ack_timeout_set(struct client *cl);
+static int send_queue_depth(struct client *cl, uint32_t *depth);
+static int stream_open(struct client *cl);
+static void stream_close(struct client *cl);
+static int batch_send(struct client *cl, struct doorbell *doorbell);
+static double now_seconds(void);
+static void rtt_record(struct client *cl, const struct doorbell *doorbell);
+static void rtt_report(struct client *cl);
 
-static void usage(FILE *out)
-{
-	fprintf(out,
-		"usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>\n"
-		"  -p, --port PORT            server port (default %d)\n"
-		"  -n, --writes N             RDMA WRITEs to stream (default %d)\n"
-		"  -k, --doorbell-every K     a doorbell every K writes "
-		"(default %d)\n"
-		"  -w, --window W             up to W doorbells in flight "
-		"(default %d)\n"
-		"      --no-inline            values from registered memory, "
-		"not inline\n"
-		"      --post-each            one ibv_post_send() per write, "
-		"not per batch\n"
-		"  -q, --quiet                no line per doorbell\n"
-		"  -h, --help                 show this text\n",
-		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY,
-		DEFAULT_WINDOW);
-}
-
-static int parse_options(int argc, char **argv, struct options *opt)
-{
-	static const struct option longopts[] = {
-		{ "port", required_argument, NULL, 'p' },
-		{ "writes", required_argument, NULL, 'n' },
-		{ "doorbell-every", required_argument, NULL, 'k' },
-		{ "window", required_argument, NULL, 'w' },
-		{ "no-inline", no_argument, NULL, 'I' },
-		{ "post-each", no_argument, NULL, 'E' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES;
-	uint64_t every = DEFAULT_DOORBELL_EVERY, size = 0;
-	uint64_t window = DEFAULT_WINDOW;
-	int c, err = 0;
-
-	opt->inline_data = true;
-	opt->post_list = true;
-	opterr = 0; /* our messages, not getopt's */
-	while (!err && (c = getopt_long(argc, argv, "p:n:k:w:qh", longopts,
-					NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			err = parse_number("port", optarg, 1, UINT16_MAX,
-					   &port);
-			break;
-		case 'n':
-			err = parse_number("number of writes", optarg, 0,
-					   UINT32_MAX, &writes);
-			break;
-		case 'k':
-			err = parse_number("doorbell interval", optarg, 1,
-					   UINT32_MAX, &every);
-			break;
-		case 'w':
-			err = parse_number("window", optarg, 1, UINT32_MAX,
-					   &window);
-			break;
-		case 'I':
-			opt->inline_data = false;
-			break;
-		case 'E':
-			opt->post_list = false;
-			break;
-		case 'q':
-			opt->quiet = true;
-			break;
-		case 'h':
-			opt->help = true;
-			return 0;
-		default:
-			/* "-5" looks like an option to getopt */
-			errorf("unknown option '%s'%s", argv[optind - 1],
-			       optopt >= '0' && optopt <= '9'
-				       ? ": sizes and counts cannot be negative"
-				       : "");
-			err = -EINVAL;
-		}
-	}
-	if (!err && argc - optind != 2) {
-		errorf("want 2 arguments, <server_ip> <alloc_size_bytes>, got %d",
-		       argc - optind);
-		err = -EINVAL;
-	}
-	/* 0 is passed on: refusing it is the server's job (EINVAL). */
-	if (!err)
-		err = parse_number("allocation size", argv[optind + 1], 0,
-				   UINT32_MAX, &size);
-	if (err) {
-		usage(stderr);
-		return err;
-	}
-	opt->server = argv[optind];
-	opt->port = (uint16_t)port;
-	opt->writes = (uint32_t)writes;
-	opt->every = (uint32_t)every;
-	opt->window = (uint32_t)window;
-	opt->size = (uint32_t)size;
-	return 0;
-}
-
-/* ---- the connection manager --------------------------------------------- */
+/* ---- finding the server ------------------------------------------------- */
 
 /*
- * A rejecting server says why in the reject message's private data (a
- * string); a port nobody listens on is rejected by the remote kernel with
- * none.  Only valid until the event is acknowledged.
- */
-static void reject_reason(const struct rdma_cm_event *event, char *buf,
-			  size_t len)
-{
-	const char *data = event->param.conn.private_data;
-	size_t n = data ? event->param.conn.private_data_len : 0;
-
-	if (n >= len)
-		n = len - 1;
-	if (n)
-		memcpy(buf, data, n);
-	buf[n] = '\0';
-}
-
-/*
- * Wait, at most WAIT_TIMEOUT_MS, for the next CM event and check that it is
- * the one the protocol expects now.  The event is acknowledged once what is
- * needed of it has been copied out.
+ * The connection manager (librdmacm) reports the progress of a connection
+ * as events on an event channel, one at a time: wait (at most
+ * WAIT_TIMEOUT_MS) for the next one and check that it is the one the
+ * protocol expects now.  Every event must be acknowledged, and whatever it
+ * points to is only valid until then.
  */
 static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
 {
 	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
 	struct rdma_cm_event *event;
-	enum rdma_cm_event_type type;
-	char reason[64] = "";
-	int ret, status;
+	int ret;
 
 	ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
 	if (ret < 0)
@@ -263,33 +147,21 @@ static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
 	}
 	if (rdma_get_cm_event(cl->events, &event))
 		return fail("rdma_get_cm_event", errno);
-	type = event->event;
-	status = event->status;
-	if (type == RDMA_CM_EVENT_REJECTED)
-		reject_reason(event, reason, sizeof(reason));
+	if (event->event != expected)
+		return cm_unexpected(cl, event, expected); /* acks it */
 	rdma_ack_cm_event(event);
-	if (type == expected)
-		return 0;
-
-	if (type == RDMA_CM_EVENT_REJECTED && reason[0]) {
-		errorf("%s:%u rejected the connection: %s", cl->opt.server,
-		       cl->opt.port, reason);
-	} else if (type == RDMA_CM_EVENT_REJECTED) {
-		errorf("%s:%u rejected the connection: is a server listening "
-		       "there?",
-		       cl->opt.server, cl->opt.port);
-	} else {
-		errorf("waiting for %s, got %s (status %d)",
-		       rdma_event_str(expected), rdma_event_str(type), status);
-	}
-	return type == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED : -EPROTO;
+	return 0;
 }
 
+#define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
+
 /*
- * Name to address with getaddrinfo(), as for a socket; then the connection
- * manager resolves that address to a local RDMA device and port (which
- * binds the cm_id to a device, so id->verbs is set from here on), and the
- * route to the server.
+ * Name to address with getaddrinfo(), as for a socket.  Then a cm_id, the
+ * connection manager's handle on one connection (what a socket is to TCP;
+ * RDMA_PS_TCP is its port space: reliable and connected).  Resolving the
+ * address finds the local RDMA device that reaches it, which binds the
+ * cm_id to that device (cl->id->verbs); resolving the route finds the path
+ * through the network.
  */
 static int cm_resolve(struct client *cl)
 {
@@ -330,24 +202,15 @@ static int cm_resolve(struct client *cl)
 	return cm_wait(cl, RDMA_CM_EVENT_ROUTE_RESOLVED);
 }
 
+/* ---- the verbs objects -------------------------------------------------- */
+
 /*
- * How long the NIC waits for an acknowledgement before it resends, as an
- * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
- * server that vanished mid-stream fails our next work request after about
- * two seconds, where RoCE's default (2^18 and more) takes many.
+ * A receive work request: the buffer the NIC may fill with the next message
+ * that arrives, described by a scatter/gather element (SGE: address, length
+ * and the lkey of the registered memory it lies in).  A message that finds
+ * no receive posted is answered "receiver not ready" and must be resent
+ * later, so this one is posted before anything is sent.
  */
-static int ack_timeout_set(struct client *cl)
-{
-	uint8_t exponent = ACK_TIMEOUT_EXP;
-
-	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
-			    &exponent, sizeof(exponent)))
-		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
-	return 0;
-}
-
-/* ---- verbs objects ------------------------------------------------------ */
-
 static int recv_post_reply(struct client *cl)
 {
 	struct ibv_sge sge = {
@@ -366,19 +229,25 @@ static int recv_post_reply(struct client *cl)
 }
 
 /*
- * The send queue holds W batches of K work requests: a send queue retires
- * its entries in order, so a doorbell completing is what frees its own
- * slot and those of the K - 1 unsignaled writes before it.  If the QP
- * fails, every outstanding request completes with an error, signaled or
- * not, so the CQ is as deep as both queues together.
+ * Everything the NIC needs, made on the device the cm_id is bound to:
+ *   - a protection domain (PD): a QP may only touch memory registered in
+ *     its own PD, which is what keeps one program's NIC work out of
+ *     another's memory;
+ *   - a completion queue (CQ): where the NIC reports each finished work
+ *     request as a work completion (WC);
+ *   - a reliable-connected (RC) queue pair (QP): a send queue and a receive
+ *     queue, the endpoint of one connection; "reliable" means the NICs
+ *     acknowledge, resend and keep order, as TCP does;
+ *   - a memory region (MR) for the two control messages: registering pins
+ *     the memory and gives the NIC its address translation, and the lkey
+ *     that names it in our own work requests.
+ * The CQ must hold every completion that can be outstanding: on an error
+ * every queued work request completes, signaled or not.
  */
 static int verbs_open(struct client *cl)
 {
-	uint64_t depth = (uint64_t)cl->opt.every * cl->opt.window;
-	uint64_t doorbells = (uint64_t)cl->opt.writes / cl->opt.every + 1;
 	struct ibv_qp_init_attr attr = {
 		.qp_type = IBV_QPT_RC,
-		.cap.max_send_wr = (uint32_t)depth,
 		.cap.max_recv_wr = 1,
 		.cap.max_send_sge = 1,
 		.cap.max_recv_sge = 1,
@@ -386,26 +255,15 @@ static int verbs_open(struct client *cl)
 		.cap.max_inline_data =
 			cl->opt.inline_data ? sizeof(uint32_t) : 0,
 	};
-	struct ibv_device_attr dev;
-	int ret;
+	int err = send_queue_depth(cl, &attr.cap.max_send_wr);
 
-	ret = ibv_query_device(cl->id->verbs, &dev);
-	if (ret)
-		return fail("ibv_query_device", ret);
-	if (depth > (uint64_t)dev.max_qp_wr) {
-		errorf("%" PRIu32 " doorbells in flight, one every %" PRIu32
-		       " writes, need a send queue %" PRIu64
-		       " deep; %s allows %d",
-		       cl->opt.window, cl->opt.every, depth,
-		       ibv_get_device_name(cl->id->verbs->device),
-		       dev.max_qp_wr);
-		return -EINVAL;
-	}
-
+	if (err)
+		return err;
 	cl->pd = ibv_alloc_pd(cl->id->verbs);
 	if (!cl->pd)
 		return fail("ibv_alloc_pd", errno);
-	cl->cq = ibv_create_cq(cl->id->verbs, (int)depth + 1, NULL, NULL, 0);
+	cl->cq = ibv_create_cq(cl->id->verbs, (int)attr.cap.max_send_wr + 1,
+			       NULL, NULL, 0);
 	if (!cl->cq)
 		return fail("ibv_create_cq", errno);
 	attr.send_cq = cl->cq;
@@ -414,45 +272,30 @@ static int verbs_open(struct client *cl)
 		return fail("rdma_create_qp", errno);
 	cl->has_qp = true;
 
-	/* The control messages go through registered memory: the NIC reads
-	 * the request from it and writes the reply into it. */
+	/* LOCAL_WRITE: the NIC writes the reply into this memory. */
 	cl->ctrl_mr = ibv_reg_mr(cl->pd, cl->ctrl, sizeof(cl->ctrl),
 				 IBV_ACCESS_LOCAL_WRITE);
 	if (!cl->ctrl_mr)
-		return fail("ibv_reg_mr", errno);
-
-	cl->wrs = calloc(cl->opt.every, sizeof(*cl->wrs));
-	cl->sges = calloc(cl->opt.every, sizeof(*cl->sges));
-	cl->values = calloc(depth, sizeof(*cl->values));
-	cl->pending = calloc(cl->opt.window, sizeof(*cl->pending));
-	cl->max_rtts = doorbells < RTT_SAMPLES ? (uint32_t)doorbells
-					       : RTT_SAMPLES;
-	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
-	if (!cl->wrs || !cl->sges || !cl->values || !cl->pending || !cl->rtts)
-		return fail("calloc(work requests)", ENOMEM);
-	/* Without inline data the NIC fetches each value from memory when it
-	 * sends the write, which may be long after ibv_post_send() returned:
-	 * so the memory must be registered, and a value must stay untouched
-	 * until its batch has completed. */
-	if (!cl->opt.inline_data) {
-		cl->values_mr = ibv_reg_mr(cl->pd, cl->values,
-					   depth * sizeof(*cl->values), 0);
-		if (!cl->values_mr)
-			return fail("ibv_reg_mr(values)", errno);
-	}
-
-	/* Post the receive for the reply before anything can be sent: a
-	 * message that finds no receive waiting is answered "receiver not
-	 * ready" and has to be retried. */
+		return mr_fail("ibv_reg_mr(control messages)", errno);
 	return recv_post_reply(cl);
 }
 
 /*
- * Connect.  retry_count is how often our NIC resends a packet the server's
- * NIC did not acknowledge before failing the work request; rnr_retry_count
- * how often it retries when the server had no receive posted.  The server's
- * SRQ can run dry for a moment under load, and waiting is the right answer
- * then, so: forever.
+ * Resends of an unacknowledged packet before the work request fails.  The
+ * verbs allow up to 7, but Soft-RoCE reads 7 as "forever", as the spec does
+ * only for rnr_retry_count: 6 is the most that still ends.
+ */
+#define TRANSPORT_RETRIES 6
+/* rnr_retry_count 7 is special: retry "receiver not ready" forever */
+#define RNR_RETRY_FOREVER 7
+
+/*
+ * Connect.  Two counts go into the connect request, and the server's NIC
+ * applies them to *its* QP (its own, from rdma_accept(), come back to ours):
+ * retry_count is how often it resends a packet we did not acknowledge;
+ * rnr_retry_count how often it retries when we had no receive posted.  We
+ * post our only receive before we send anything, so only the first count
+ * matters to us; see the README, "Receiver not ready".
  */
 static int cm_connect(struct client *cl)
 {
@@ -460,8 +303,10 @@ static int cm_connect(struct client *cl)
 		.retry_count = TRANSPORT_RETRIES,
 		.rnr_retry_count = RNR_RETRY_FOREVER,
 	};
-	int err;
+	int err = ack_timeout_set(cl);
 
+	if (err)
+		return err;
 	if (rdma_connect(cl->id, &param))
 		return fail("rdma_connect", errno);
 	err = cm_wait(cl, RDMA_CM_EVENT_ESTABLISHED);
@@ -473,55 +318,13 @@ static int cm_connect(struct client *cl)
 	return 0;
 }
 
-/* ---- completions -------------------------------------------------------- */
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/*
- * Busy-poll the CQ for one completion: the lowest latency there is, at the
- * price of a core while waiting.  A failed completion is reported with the
- * work request it belongs to.
- */
-static int cq_wait(struct client *cl, struct ibv_wc *wc)
-{
-	double deadline = now_seconds() + WAIT_TIMEOUT_MS / 1000.0;
-	unsigned int spins = 0;
-	int n;
-
-	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0) {
-		if (++spins % 4096 == 0 && now_seconds() > deadline) {
-			errorf("no completion "
-			       "within %d ms",
-			       WAIT_TIMEOUT_MS);
-			return -ETIMEDOUT;
-		}
-	}
-	if (n < 0)
-		return fail("ibv_poll_cq", EIO);
-	if (wc->status == IBV_WC_SUCCESS)
-		return 0;
-
-	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
-		errorf("%s failed: %s (%s)",
-		       wc->wr_id == WRID_REQ ? "request" : "reply",
-		       wc_status_name(wc->status),
-		       ibv_wc_status_str(wc->status));
-	else
-		errorf("write %" PRIu64 " failed: "
-		       "%s (%s)",
-		       wc->wr_id, wc_status_name(wc->status),
-		       ibv_wc_status_str(wc->status));
-	return -EIO;
-}
-
 /* ---- asking for memory -------------------------------------------------- */
 
+/*
+ * A SEND: the NIC reads the 32 bytes from registered memory and delivers
+ * them into a receive the server posted.  Signaled: it asks for a work
+ * completion when the server's NIC has acknowledged it.
+ */
 static int request_send(struct client *cl)
 {
 	struct ctrl_msg req = {
@@ -550,6 +353,41 @@ static int request_send(struct client *cl)
 }
 
 /*
+ * Busy-poll the CQ for one completion: the lowest latency there is, at the
+ * price of a core while waiting.  A failed completion is reported with the
+ * work request it belongs to, found by its wr_id: for a failed completion
+ * only wr_id, status and qp_num are defined.
+ */
+static int cq_wait(struct client *cl, struct ibv_wc *wc)
+{
+	double deadline = now_seconds() + WAIT_TIMEOUT_MS / 1000.0;
+	unsigned int spins = 0;
+	int n;
+
+	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0) {
+		if (++spins % 4096 == 0 && now_seconds() > deadline) {
+			errorf("no completion within %d ms", WAIT_TIMEOUT_MS);
+			return -ETIMEDOUT;
+		}
+	}
+	if (n < 0)
+		return fail("ibv_poll_cq", EIO);
+	if (wc->status == IBV_WC_SUCCESS)
+		return 0;
+
+	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
+		errorf("%s failed: %s (%s)",
+		       wc->wr_id == WRID_REQ ? "request" : "reply",
+		       wc_status_name(wc->status),
+		       ibv_wc_status_str(wc->status));
+	else
+		errorf("write %" PRIu64 " failed: %s (%s)", wc->wr_id,
+		       wc_status_name(wc->status),
+		       ibv_wc_status_str(wc->status));
+	return -EIO;
+}
+
+/*
  * SEND the request and wait for both its completion and the reply's: they
  * can come in either order, since our NIC learns that the request arrived
  * (its acknowledgement) independently of the server's answer.
@@ -571,8 +409,7 @@ static int slice_request(struct client *cl)
 
 	if (msg_decode(cl->ctrl[1], reply_len, &reply) ||
 	    reply.type != CTRL_RESP_ALLOC) {
-		errorf("the server's reply is not "
-		       "a RESP_ALLOC");
+		errorf("the server's reply is not a RESP_ALLOC");
 		return -EBADMSG;
 	}
 	if (reply.status) {
@@ -601,39 +438,34 @@ static int slice_request(struct client *cl)
 /* ---- the write stream --------------------------------------------------- */
 
 /*
- * Writes first..last as one list of work requests, the last of them the
- * doorbell: only it asks for a completion (IBV_SEND_SIGNALED) and carries
- * an immediate value; the others complete silently.
+ * Writes first..last as one list of work requests, chained by .next, the
+ * last of them the doorbell.  Each write names where it goes in the
+ * server's memory (remote_addr) and the key that allows it there (the
+ * rkey the server granted): the server's NIC checks both, and the server's
+ * CPU takes no part.  Only the doorbell is signaled (asks for a
+ * completion); the others complete silently, and the doorbell's completion
+ * vouches for them, since a send queue completes in order.  Its immediate
+ * value travels in the packet header and lands in the completion of the
+ * receive it consumes on the server: no memory of the server's holds it.
  *
- * Each work request costs the NIC (and Soft-RoCE, a system call per
- * ibv_post_send()) more than its 4 bytes do, hence two things:
- *   - IBV_SEND_INLINE: the library copies the value into the work request
- *     itself, so the NIC need not fetch it from memory in a second step;
- *     the value's memory needs no registration and may be reused at once.
- *   - one ibv_post_send() for the whole list: one doorbell ring of our own
- *     (the MMIO write or system call that tells the NIC to look at its
- *     queue) per K writes instead of one per write.
- * --no-inline and --post-each turn these off, to measure them.
+ * The values go inline: ibv_post_send() copies each one into the work
+ * request, so the NIC need not fetch it from memory in a second step.
+ * All K go to the NIC with one ibv_post_send(): one knock on the NIC's door
+ * (an MMIO write on a NIC, a system call on Soft-RoCE) per K writes.
  */
 static int batch_post(struct client *cl, uint32_t first, uint32_t last)
 {
-	uint32_t batch = (first - 1) / cl->opt.every;
-	uint32_t *values =
-		cl->values + (size_t)(batch % cl->opt.window) * cl->opt.every;
-	struct pending *doorbell = &cl->pending[batch % cl->opt.window];
-	unsigned int flags = cl->opt.inline_data ? IBV_SEND_INLINE : 0;
-	struct ibv_send_wr *wr, *next, *bad;
-	uint32_t count = last - first + 1;
+	struct doorbell *doorbell = &cl->doorbells[cl->posted % cl->opt.window];
 
-	for (uint32_t k = 0; k < count; k++) {
-		uint32_t i = first + k;
+	for (uint32_t i = first; i <= last; i++) {
+		uint32_t k = i - first, slot = (i - 1) % cl->slots;
 		bool is_doorbell = i == last;
 
-		values[k] = htobe32(i);
+		doorbell->values[k] = htobe32(i);
 		cl->sges[k] = (struct ibv_sge){
-			.addr = (uintptr_t)&values[k],
-			.length = sizeof(values[k]),
-			.lkey = cl->values_mr ? cl->values_mr->lkey : 0,
+			.addr = (uintptr_t)&doorbell->values[k],
+			.length = sizeof(uint32_t),
+			.lkey = cl->values_lkey,
 		};
 		cl->wrs[k] = (struct ibv_send_wr){
 			.wr_id = i,
@@ -642,43 +474,30 @@ static int batch_post(struct client *cl, uint32_t first, uint32_t last)
 			.num_sge = 1,
 			.opcode = is_doorbell ? IBV_WR_RDMA_WRITE_WITH_IMM
 					      : IBV_WR_RDMA_WRITE,
-			.send_flags = flags |
+			.send_flags = cl->send_flags |
 				      (is_doorbell ? IBV_SEND_SIGNALED : 0),
 			.imm_data = is_doorbell ? htobe32(i) : 0,
 			.wr.rdma.remote_addr =
 				cl->remote_addr +
-				(uint64_t)((i - 1) % cl->slots) *
-					sizeof(uint32_t),
+				(uint64_t)slot * sizeof(uint32_t),
 			.wr.rdma.rkey = cl->rkey,
 		};
 	}
-
 	doorbell->seq = last;
-	if (cl->opt.post_list) {
-		doorbell->posted = now_seconds();
-		return check("ibv_post_send(writes)",
-			     ibv_post_send(cl->id->qp, cl->wrs, &bad));
-	}
-	for (wr = cl->wrs; wr; wr = next) {
-		next = wr->next;
-		wr->next = NULL;
-		if (!next)
-			doorbell->posted = now_seconds();
-		if (check("ibv_post_send(write)",
-			  ibv_post_send(cl->id->qp, wr, &bad)))
-			return -EIO;
-	}
-	return 0;
+	cl->posted++;
+	return batch_send(cl, doorbell);
 }
 
 /*
  * The doorbell's completion means the server's NIC has acknowledged it, and
  * on a reliable connection that acknowledges every write before it too.
- * Doorbells complete in the order they were posted: the oldest one pending
- * is the one to come.
+ * Doorbells complete in the order they were posted: the oldest one in
+ * flight is the one to come.
  */
-static int doorbell_wait(struct client *cl, const struct pending *doorbell)
+static int doorbell_wait(struct client *cl)
 {
+	struct doorbell *doorbell =
+		&cl->doorbells[cl->completed % cl->opt.window];
 	struct ibv_wc wc;
 	int err = cq_wait(cl, &wc);
 
@@ -690,75 +509,44 @@ static int doorbell_wait(struct client *cl, const struct pending *doorbell)
 		       doorbell->seq, wc.wr_id);
 		return -EPROTO;
 	}
-	if (cl->nrtts < cl->max_rtts)
-		cl->rtts[cl->nrtts++] = now_seconds() - doorbell->posted;
+	cl->completed++;
+	rtt_record(cl, doorbell);
 	if (!cl->opt.quiet)
 		printf("doorbell seq=%" PRIu32 " completed\n", doorbell->seq);
 	return 0;
 }
 
 /*
- * Batches end at every multiple of K, and at N.  Up to W of them are in
- * flight: with W = 1 the send queue runs empty while each doorbell makes
- * its round trip; with more, the NIC always has the next batch to send.
+ * Post a batch, wait for its doorbell, repeat.  Batches end at every
+ * multiple of K, and at N.  With --window W the wait comes only once W
+ * doorbells are in flight, so that the NIC has the next batch to send while
+ * a doorbell makes its round trip.
  */
 static int stream(struct client *cl)
 {
-	uint64_t n = cl->opt.writes, next = 1; /* the next write to post */
-	uint32_t posted = 0, completed = 0;    /* batches */
+	uint32_t n = cl->opt.writes;
 	double start = now_seconds(), seconds;
+	uint64_t first, last;
 	int err = 0;
 
-	while (!err && (next <= n || completed < posted)) {
-		if (next <= n && posted - completed < cl->opt.window) {
-			uint64_t last = next - 1 + cl->opt.every;
-
-			if (last > n)
-				last = n;
-			err = batch_post(cl, (uint32_t)next, (uint32_t)last);
-			next = last + 1;
-			posted++;
-		} else {
-			err = doorbell_wait(
-				cl, &cl->pending[completed % cl->opt.window]);
-			completed++;
-		}
+	for (first = 1; !err && first <= n; first = last + 1) {
+		last = first - 1 + cl->opt.every;
+		if (last > n)
+			last = n;
+		err = batch_post(cl, (uint32_t)first, (uint32_t)last);
+		while (!err && cl->posted - cl->completed == cl->opt.window)
+			err = doorbell_wait(cl);
 	}
+	while (!err && cl->posted != cl->completed)
+		err = doorbell_wait(cl);
 	if (err)
 		return err;
 	seconds = now_seconds() - start;
-	printf("done writes=%" PRIu64 " doorbells=%" PRIu32 " seconds=%.3f "
+	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
 	       "writes_per_s=%.0f\n",
-	       n, completed, seconds, seconds > 0 ? (double)n / seconds : 0.0);
+	       n, cl->completed, seconds,
+	       seconds > 0 ? (double)n / seconds : 0.0);
 	return 0;
-}
-
-static int seconds_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/*
- * Each doorbell's round trip, from ibv_post_send() to its completion: the
- * write crossing to the server's NIC and the acknowledgement coming back
- * (and, with a window, the wait behind earlier batches).  The median and
- * the 99th percentile (nearest rank), in microseconds, of the first
- * RTT_SAMPLES doorbells.
- */
-static void rtt_report(struct client *cl)
-{
-	uint32_t n = cl->nrtts;
-
-	if (!n)
-		return;
-	qsort(cl->rtts, n, sizeof(*cl->rtts), seconds_cmp);
-	printf("rtt doorbells=%" PRIu32 " median_us=%.1f p99_us=%.1f "
-	       "max_us=%.1f\n",
-	       n, cl->rtts[(n - 1) / 2] * 1e6,
-	       cl->rtts[((uint64_t)n * 99 + 99) / 100 - 1] * 1e6,
-	       cl->rtts[n - 1] * 1e6);
 }
 
 /* ---- the end ------------------------------------------------------------ */
@@ -772,16 +560,14 @@ static int cm_disconnect(struct client *cl)
 	return cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED);
 }
 
-/* Everything in reverse order of creation; safe on a half-built client. */
+/*
+ * Everything in reverse order of creation; safe on a half-built client.
+ * rdma_disconnect() has moved our QP to the error state, so the NIC no
+ * longer uses any of it.
+ */
 static void client_close(struct client *cl)
 {
-	free(cl->rtts);
-	free(cl->pending);
-	if (cl->values_mr)
-		check("ibv_dereg_mr", ibv_dereg_mr(cl->values_mr));
-	free(cl->values);
-	free(cl->sges);
-	free(cl->wrs);
+	stream_close(cl);
 	if (cl->ctrl_mr)
 		check("ibv_dereg_mr", ibv_dereg_mr(cl->ctrl_mr));
 	if (cl->has_qp)
@@ -813,9 +599,9 @@ int main(int argc, char **argv)
 	if (!err)
 		err = cm_resolve(&cl);
 	if (!err)
-		err = ack_timeout_set(&cl);
-	if (!err)
 		err = verbs_open(&cl);
+	if (!err)
+		err = stream_open(&cl);
 	if (!err)
 		err = cm_connect(&cl);
 	if (!err)
@@ -831,4 +617,317 @@ int main(int argc, char **argv)
 	}
 	client_close(&cl);
 	return err ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* ======================================================================== */
+/*                  Beyond the core path: a first read may skip              */
+/* ======================================================================== */
+
+/* ---- the command line --------------------------------------------------- */
+
+#define DEFAULT_WRITES 1000
+#define DEFAULT_DOORBELL_EVERY 32
+#define DEFAULT_WINDOW 1 /* wait for each doorbell before the next batch */
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>\n"
+		"  -p, --port PORT            server port (default %d)\n"
+		"  -n, --writes N             RDMA WRITEs to stream (default %d)\n"
+		"  -k, --doorbell-every K     a doorbell every K writes "
+		"(default %d)\n"
+		"  -w, --window W             up to W doorbells in flight "
+		"(default %d)\n"
+		"      --no-inline            values from registered memory, "
+		"not inline\n"
+		"      --post-each            one ibv_post_send() per write, "
+		"not per batch\n"
+		"  -q, --quiet                no line per doorbell\n"
+		"  -h, --help                 show this text\n",
+		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY,
+		DEFAULT_WINDOW);
+}
+
+/* Fills opt from the arguments, or says what is wrong and fails. */
+static int parse_options(int argc, char **argv, struct options *opt)
+{
+	static const struct option longopts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "writes", required_argument, NULL, 'n' },
+		{ "doorbell-every", required_argument, NULL, 'k' },
+		{ "window", required_argument, NULL, 'w' },
+		{ "no-inline", no_argument, NULL, 'I' },
+		{ "post-each", no_argument, NULL, 'E' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES;
+	uint64_t every = DEFAULT_DOORBELL_EVERY, size = 0;
+	uint64_t window = DEFAULT_WINDOW;
+	int c, err = 0;
+
+	opt->inline_data = true;
+	opterr = 0; /* our messages, not getopt's */
+	while (!err && (c = getopt_long(argc, argv, "p:n:k:w:qh", longopts,
+					NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			err = parse_number("port", optarg, 1, UINT16_MAX,
+					   &port);
+			break;
+		case 'n':
+			err = parse_number("number of writes", optarg, 0,
+					   UINT32_MAX, &writes);
+			break;
+		case 'k':
+			err = parse_number("doorbell interval", optarg, 1,
+					   UINT32_MAX, &every);
+			break;
+		case 'w':
+			err = parse_number("window", optarg, 1, UINT32_MAX,
+					   &window);
+			break;
+		case 'I':
+			opt->inline_data = false;
+			break;
+		case 'E':
+			opt->post_each = true;
+			break;
+		case 'q':
+			opt->quiet = true;
+			break;
+		case 'h':
+			opt->help = true;
+			return 0;
+		default:
+			/* "-5" looks like an option to getopt */
+			errorf("unknown option '%s'%s", argv[optind - 1],
+			       optopt >= '0' && optopt <= '9'
+				       ? ": sizes and counts cannot be negative"
+				       : "");
+			err = -EINVAL;
+		}
+	}
+	if (!err && argc - optind != 2) {
+		errorf("want 2 arguments, <server_ip> <alloc_size_bytes>, got %d",
+		       argc - optind);
+		err = -EINVAL;
+	}
+	/* 0 is passed on: refusing it is the server's job (EINVAL). */
+	if (!err)
+		err = parse_number("allocation size", argv[optind + 1], 0,
+				   UINT32_MAX, &size);
+	if (err) {
+		usage(stderr);
+		return err;
+	}
+	opt->server = argv[optind];
+	opt->port = (uint16_t)port;
+	opt->writes = (uint32_t)writes;
+	opt->every = (uint32_t)every;
+	opt->window = (uint32_t)window;
+	opt->size = (uint32_t)size;
+	return 0;
+}
+
+/* ---- connection troubles ------------------------------------------------ */
+
+/*
+ * cm_wait() got another event than it expected: say what happened, then
+ * acknowledge the event (a rejection's reason lives in its private data,
+ * only valid until then).  A rejecting server says why in a string; a port
+ * nobody listens on is rejected by the remote kernel with zeros.
+ */
+static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
+			 enum rdma_cm_event_type expected)
+{
+	const char *data = event->param.conn.private_data;
+	size_t len = data ? event->param.conn.private_data_len : 0;
+	bool rejected = event->event == RDMA_CM_EVENT_REJECTED;
+
+	len = len ? strnlen(data, len) : 0;
+	if (rejected && len)
+		errorf("%s:%u rejected the connection: %.*s", cl->opt.server,
+		       cl->opt.port, (int)len, data);
+	else if (rejected)
+		errorf("%s:%u rejected the connection: is a server listening "
+		       "there?",
+		       cl->opt.server, cl->opt.port);
+	else
+		errorf("waiting for %s, got %s (status %d)",
+		       rdma_event_str(expected), rdma_event_str(event->event),
+		       event->status);
+	rdma_ack_cm_event(event);
+	return rejected ? -ECONNREFUSED : -EPROTO;
+}
+
+#define ACK_TIMEOUT_EXP 16 /* 4.096 us * 2^16 = 0.27 s */
+
+/*
+ * How long the NIC waits for an acknowledgement before it resends, as an
+ * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
+ * server that vanished mid-stream fails our next work request after about
+ * two seconds, where RoCE's default (2^18 and more) takes many.
+ */
+static int ack_timeout_set(struct client *cl)
+{
+	uint8_t exponent = ACK_TIMEOUT_EXP;
+
+	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+			    &exponent, sizeof(exponent)))
+		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
+	return 0;
+}
+
+/* ---- the buffers of the stream ------------------------------------------ */
+
+#define RTT_SAMPLES (1u << 20) /* round trips kept for the statistics */
+
+/*
+ * The send queue holds W batches of K work requests: a send queue retires
+ * its entries in order, so a doorbell completing is what frees its own
+ * entry and those of the K - 1 unsignaled writes before it.  K x W may be
+ * more than the device allows: say so, with the numbers.
+ */
+static int send_queue_depth(struct client *cl, uint32_t *depth)
+{
+	uint64_t want = (uint64_t)cl->opt.every * cl->opt.window;
+	struct ibv_device_attr dev;
+	int ret = ibv_query_device(cl->id->verbs, &dev);
+
+	if (ret)
+		return fail("ibv_query_device", ret);
+	if (want > (uint64_t)dev.max_qp_wr) {
+		errorf("%" PRIu32 " doorbells in flight, one every %" PRIu32
+		       " writes, need a send queue %" PRIu64
+		       " deep; %s allows %d",
+		       cl->opt.window, cl->opt.every, want,
+		       ibv_get_device_name(cl->id->verbs->device),
+		       dev.max_qp_wr);
+		return -EINVAL;
+	}
+	*depth = (uint32_t)want;
+	return 0;
+}
+
+/*
+ * The work requests of one batch, and a ring of W doorbells each with the
+ * K values of its batch.  Inline, a value is copied into its work request
+ * by ibv_post_send(), so it needs no registration and may change at once.
+ * With --no-inline the NIC fetches each value from memory when it sends
+ * the write, which may be long after ibv_post_send() returned: the values
+ * must then be registered, and each must stay untouched until its batch
+ * has completed, hence one set per doorbell in flight.
+ */
+static int stream_open(struct client *cl)
+{
+	uint32_t k = cl->opt.every, w = cl->opt.window;
+	uint64_t doorbells = (uint64_t)cl->opt.writes / k + 1;
+
+	cl->wrs = calloc(k, sizeof(*cl->wrs));
+	cl->sges = calloc(k, sizeof(*cl->sges));
+	cl->values = calloc((size_t)k * w, sizeof(*cl->values));
+	cl->doorbells = calloc(w, sizeof(*cl->doorbells));
+	cl->max_rtts =
+		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
+	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
+	if (!cl->wrs || !cl->sges || !cl->values || !cl->doorbells || !cl->rtts)
+		return fail("calloc(work requests)", ENOMEM);
+	for (uint32_t i = 0; i < w; i++)
+		cl->doorbells[i].values = cl->values + (size_t)i * k;
+
+	if (cl->opt.inline_data) {
+		cl->send_flags = IBV_SEND_INLINE;
+		return 0;
+	}
+	cl->values_mr = ibv_reg_mr(cl->pd, cl->values,
+				   (size_t)k * w * sizeof(*cl->values), 0);
+	if (!cl->values_mr)
+		return mr_fail("ibv_reg_mr(values)", errno);
+	cl->values_lkey = cl->values_mr->lkey;
+	return 0;
+}
+
+static void stream_close(struct client *cl)
+{
+	free(cl->rtts);
+	if (cl->values_mr)
+		check("ibv_dereg_mr(values)", ibv_dereg_mr(cl->values_mr));
+	free(cl->doorbells);
+	free(cl->values);
+	free(cl->sges);
+	free(cl->wrs);
+}
+
+/*
+ * Hand the batch cl->wrs to the NIC: the whole list with one
+ * ibv_post_send(), or with --post-each one call per write, to measure what
+ * the list is worth.  The doorbell's round trip starts with the call that
+ * carries it.
+ */
+static int batch_send(struct client *cl, struct doorbell *doorbell)
+{
+	struct ibv_send_wr *wr, *next, *bad;
+
+	if (!cl->opt.post_each) {
+		doorbell->posted = now_seconds();
+		return check("ibv_post_send(writes)",
+			     ibv_post_send(cl->id->qp, cl->wrs, &bad));
+	}
+	for (wr = cl->wrs; wr; wr = next) {
+		next = wr->next;
+		wr->next = NULL;
+		if (!next)
+			doorbell->posted = now_seconds();
+		if (check("ibv_post_send(write)",
+			  ibv_post_send(cl->id->qp, wr, &bad)))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* ---- round trips -------------------------------------------------------- */
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void rtt_record(struct client *cl, const struct doorbell *doorbell)
+{
+	if (cl->nrtts < cl->max_rtts)
+		cl->rtts[cl->nrtts++] = now_seconds() - doorbell->posted;
+}
+
+static int seconds_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Each doorbell's round trip, from ibv_post_send() to its completion: the
+ * write crossing to the server's NIC and the acknowledgement coming back
+ * (and, with a window, the wait behind earlier batches).  The median and
+ * the 99th percentile (nearest rank), in microseconds, of the first
+ * RTT_SAMPLES doorbells.
+ */
+static void rtt_report(struct client *cl)
+{
+	uint32_t n = cl->nrtts;
+
+	if (!n)
+		return;
+	qsort(cl->rtts, n, sizeof(*cl->rtts), seconds_cmp);
+	printf("rtt doorbells=%" PRIu32 " median_us=%.1f p99_us=%.1f "
+	       "max_us=%.1f\n",
+	       n, cl->rtts[(n - 1) / 2] * 1e6,
+	       cl->rtts[((uint64_t)n * 99 + 99) / 100 - 1] * 1e6,
+	       cl->rtts[n - 1] * 1e6);
 }

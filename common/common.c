@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* ---- the control message ------------------------------------------------ */
 
@@ -427,6 +428,29 @@ int devices_missing(const char *what, int err)
 	fail(what, err);
 	if (err == ENODEV || err == ENOENT)
 		devices_hint();
+	return -err;
+}
+
+/*
+ * ibv_reg_mr() failed with err.  Registering memory pins its pages in RAM
+ * (the NIC may access them at any moment, so they must never be swapped
+ * out or moved), and the kernel lets an unprivileged process pin at most
+ * RLIMIT_MEMLOCK bytes: past that, ENOMEM.  Root, or a process with
+ * CAP_IPC_LOCK, is exempt, which is why this bites only ordinary users.
+ */
+int mr_fail(const char *what, int err)
+{
+	struct rlimit lim;
+
+	fail(what, err);
+	if (err == ENOMEM && getrlimit(RLIMIT_MEMLOCK, &lim) == 0 &&
+	    lim.rlim_cur != RLIM_INFINITY)
+		errorf("registered memory is pinned, and this process may pin "
+		       "only %llu KiB (ulimit -l).  Raise the limit: "
+		       "'ulimit -l unlimited' in this shell (as root), a "
+		       "'memlock' line in /etc/security/limits.conf, or "
+		       "LimitMEMLOCK= for a systemd service",
+		       (unsigned long long)lim.rlim_cur / 1024);
 	return -err;
 }
 

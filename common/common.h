@@ -8,7 +8,8 @@
  *   - completion helpers: names for work-completion codes and asynchronous
  *     events, a CQ drain loop;
  *   - number parsing for command lines, and the one error idiom (fail,
- *     check, errorf) with the "no RDMA device" advice.
+ *     check, errorf) with the advice for the two commonest troubles: no
+ *     RDMA device, and a locked-memory limit too low to register memory.
  *
  * Everything here is plain C over libibverbs types; only cq_drain() and
  * devices_check() talk to the verbs library.  Functions return 0 or a
@@ -115,6 +116,7 @@ const char *errno_name(int err);
 int fail(const char *what, int err);
 int devices_check(void);
 int devices_missing(const char *what, int err);
+int mr_fail(const char *what, int err);
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int check(const char *what, int ret);
 
