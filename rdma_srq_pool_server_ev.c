@@ -5,26 +5,29 @@
  * the completion channel or a signal has something for it, and so costs
  * nothing while nobody talks to it.
  *
- * The protocol, as one client sees it:
+ * Every client has a queue pair (QP) of its own, but all of them share one
+ * receive queue (the SRQ) and one completion queue (the CQ): a single stock
+ * of receive buffers however many clients come, and one place to look for
+ * news.  wc.qp_num tells whose a completion is.  The core path, as it runs:
  *
- *   client                                   server
- *   rdma_connect  ---------------------->   CONNECT_REQUEST: QP on the SRQ,
- *                 <----------------------   rdma_accept
- *   SEND REQ_ALLOC{size} --------------->   a receive on the SRQ completes:
- *                                           carve a slice from the pool
- *                 <----------------------   SEND RESP_ALLOC{addr,rkey,size}
- *   RDMA WRITE i into slot (i-1)%slots -->  nothing: the NIC places the data
- *   (unsignaled, K-1 of them)               in the pool; no CPU, no completion
- *   RDMA WRITE WITH IMM, imm = i  ------->  a receive completes with imm =
- *                                           i: read slot (i-1)%slots, it
- *                                           holds i (RC keeps order)
- *   rdma_disconnect --------------------->  DISCONNECTED: slice back to the
- *                                           pool, QP destroyed
+ *   main
+ *     listen_open             a cm_id listening on the port
+ *     serve                   the event loop: poll() until there is news
+ *       cm_handle               the connection manager's news
+ *         on_connect_request      a client: the first time, verbs_open
+ *                                 (PD, pool MR, SRQ, CQ); then conn_create
+ *                                 (its QP on the SRQ, rdma_accept)
+ *         conn_close              a client gone: its QP and slice
+ *       cq_event                the CQ has completions: take the event,
+ *                               acknowledge it, re-arm the CQ, then
+ *       cq_drain                every completion in the CQ, each to
+ *         on_completion           a request: on_request and reply_send;
+ *                                 a doorbell: on_doorbell; a reply sent
+ *     server_close            everything, in reverse order
  *
- * Every connection has its own queue pair (QP), but all of them share one
- * receive queue (the SRQ) and one completion queue (CQ): the server keeps a
- * single stock of receive buffers however many clients come, and finds out
- * which client a completion belongs to from wc.qp_num.
+ * Below the banner "Beyond the core path" is what a first read may skip:
+ * the command line, signals and statistics, asynchronous events, and the
+ * memory windows of --isolation mw.
  *
  * rdma_pool_server.c is this same server driven by a polling tick; the two
  * files differ only where the designs differ, so
@@ -49,35 +52,11 @@
 #include "common/common.h"
 
 /*
- * Receives kept posted on the SRQ (--srq-depth).  Every control message and
- * every doorbell (a WRITE_WITH_IMM) consumes one; when the SRQ is empty the
- * NIC answers the client "receiver not ready" and the client's NIC retries
- * (see rnr_retry_count), so a small SRQ slows clients down but loses nothing.
- */
-#define DEFAULT_SRQ_DEPTH 128
-#define MAX_SRQ_DEPTH 65536 /* ours; the device may allow fewer */
-/*
- * A receive buffer is larger than a ctrl_msg so that a peer who sends a few
- * bytes too many gets an EBADMSG reply; a message that does not fit at all
- * makes the receive fail (IBV_WC_LOC_LEN_ERR; rxe says LOC_QP_OP_ERR) and
- * ends that connection.
- */
-#define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
-/* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
-#define DEFAULT_MAX_CONNS 64
-#define MAX_MAX_CONNS 1024
-/*
  * Replies one connection may have in flight.  The protocol is request /
  * reply, so a well-behaved client has at most one; a peer that piles up
  * more than this without waiting is disconnected.
  */
 #define SEND_DEPTH 8
-/* Connect requests the kernel queues for us before we accept: arbitrary. */
-#define LISTEN_BACKLOG 16
-/* rnr_retry_count 7 is special: the NIC retries "receiver not ready" forever */
-#define RNR_RETRY_FOREVER 7
-/* how long a client waits after "receiver not ready": code 12 = 0.64 ms */
-#define MIN_RNR_TIMER 12
 
 /* wr_id says which queue a completion came from: see on_completion(). */
 #define WRID_RECV (UINT64_C(1) << 32)
@@ -98,11 +77,11 @@ struct options {
 struct conn {
 	struct rdma_cm_id *id;
 	uint32_t qp_num;
-	struct slice slice; /* this client's part of the pool */
+	struct slice slice;   /* this client's part of the pool */
+	unsigned int sending; /* replies posted, not yet completed */
 	/* --isolation mw: the only key to the slice, and the region under it */
 	struct ibv_mw *window;
 	struct ibv_mr *slice_mr;
-	unsigned int sending; /* replies posted, not yet completed */
 	struct conn *next;
 };
 
@@ -133,7 +112,832 @@ struct server {
 	uint64_t doorbells;
 };
 
-/* ---- command line ------------------------------------------------------- */
+/* Beyond the core path: defined after the banner below. */
+static int parse_options(int argc, char **argv, struct options *opt);
+static void usage(FILE *out);
+static int signals_open(struct server *srv);
+static int signal_take(struct server *srv);
+static void shutdown_print(const struct server *srv, int signo);
+static int async_handle(struct server *srv);
+static int srq_limit_arm(struct server *srv);
+static int windows_check(struct server *srv);
+static int window_alloc(struct server *srv, struct conn *conn);
+static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
+static void window_unbind(struct conn *conn);
+
+/* ---- listening ---------------------------------------------------------- */
+
+#define LISTEN_BACKLOG 16 /* connect requests queued before we accept */
+
+/*
+ * The connection manager (librdmacm) speaks IP addresses and ports, like
+ * sockets, and reports what happens to each connection as events on an
+ * event channel.  Its file descriptor is one of those poll() waits on; it
+ * is non-blocking too, so that reading it can never stall the loop.
+ */
+static int listen_open(struct server *srv)
+{
+	struct sockaddr_in addr = {
+		.sin_family = AF_INET,
+		.sin_port = htons(srv->opt.port),
+		.sin_addr.s_addr = htonl(INADDR_ANY),
+	};
+
+	srv->events = rdma_create_event_channel();
+	if (!srv->events)
+		return devices_missing("rdma_create_event_channel", errno);
+	if (fcntl(srv->events->fd, F_SETFL, O_NONBLOCK))
+		return fail("fcntl(O_NONBLOCK)", errno);
+	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
+		return fail("rdma_create_id", errno);
+	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr)) {
+		int err = errno;
+
+		/* 0.0.0.0 is always there: whatever else, the port is taken */
+		if (err == EADDRINUSE || err == EADDRNOTAVAIL) {
+			errorf("port %u is already in use (rdma_bind_addr: %s)",
+			       srv->opt.port, strerror(err));
+			return -err;
+		}
+		return fail("rdma_bind_addr", err);
+	}
+	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
+		return fail("rdma_listen", errno);
+	printf("listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
+	       srv->opt.pool_size);
+	return 0;
+}
+
+/* ---- verbs resources ---------------------------------------------------- */
+
+/*
+ * Registering pins the pool in RAM and gives the NIC its address
+ * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land here
+ * without this program doing anything; the NIC checks each one against the
+ * rkey and the bounds of this region.  (REMOTE_WRITE requires LOCAL_WRITE.)
+ * The pool is page-aligned, and so is every 4 KiB chunk of it: memory is
+ * pinned and translated by whole pages, so two slices never share a page.
+ */
+static int pool_register(struct server *srv)
+{
+	size_t size = srv->opt.pool_size;
+
+	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
+	if (!srv->pool_mem)
+		return fail("aligned_alloc(pool)", ENOMEM);
+	memset(srv->pool_mem, 0, size);
+	srv->pool_mr =
+		ibv_reg_mr(srv->pd, srv->pool_mem, size,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ);
+	if (!srv->pool_mr)
+		return mr_fail("ibv_reg_mr(pool)", errno);
+	printf("pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
+	       (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
+	return 0;
+}
+
+/*
+ * A receive buffer is larger than a ctrl_msg so that a peer who sends a few
+ * bytes too many gets an EBADMSG reply; a message that does not fit at all
+ * makes the receive fail (IBV_WC_LOC_LEN_ERR; rxe says LOC_QP_OP_ERR) and
+ * ends that connection.
+ */
+#define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
+
+/* Offer receive buffer number index to whichever client needs one next. */
+static int recv_post(struct server *srv, uint32_t index)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(srv->recv_bufs + index * RECV_BUF_SIZE),
+		.length = RECV_BUF_SIZE,
+		.lkey = srv->recv_mr->lkey,
+	};
+	struct ibv_recv_wr wr = {
+		.wr_id = WRID_RECV | index,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+	struct ibv_recv_wr *bad;
+	int ret = ibv_post_srq_recv(srv->srq, &wr, &bad);
+
+	return ret ? fail("ibv_post_srq_recv", ret) : 0;
+}
+
+/*
+ * The shared receive queue: one stock of receive buffers for all the QPs
+ * attached to it.  Every control message and every doorbell (a
+ * WRITE_WITH_IMM) consumes one.  When the SRQ is empty the NIC answers the
+ * client "receiver not ready" and the client's NIC retries (see
+ * RNR_RETRY_FOREVER), so a small SRQ slows clients down but loses nothing.
+ * Posting them all now means the first message of the first client already
+ * finds a buffer waiting.
+ */
+static int srq_open(struct server *srv)
+{
+	uint32_t depth = srv->opt.srq_depth;
+	struct ibv_srq_init_attr attr = {
+		.attr.max_wr = depth,
+		.attr.max_sge = 1,
+	};
+
+	srv->recv_bufs = calloc(depth, RECV_BUF_SIZE);
+	if (!srv->recv_bufs)
+		return fail("calloc(receive buffers)", ENOMEM);
+	srv->recv_mr =
+		ibv_reg_mr(srv->pd, srv->recv_bufs, depth * RECV_BUF_SIZE,
+			   IBV_ACCESS_LOCAL_WRITE);
+	if (!srv->recv_mr)
+		return mr_fail("ibv_reg_mr(receive buffers)", errno);
+	srv->srq = ibv_create_srq(srv->pd, &attr);
+	if (!srv->srq)
+		return fail("ibv_create_srq", errno);
+	for (uint32_t i = 0; i < depth; i++) {
+		int err = recv_post(srv, i);
+
+		if (err)
+			return err;
+	}
+	return srq_limit_arm(srv);
+}
+
+/*
+ * The CQ must have room for every completion that can be outstanding at
+ * once, or the NIC overruns it and the CQ goes into error.  Receives: at
+ * most one per SRQ entry, since a buffer is reposted only after its
+ * completion is handled.  Sends: at most SEND_DEPTH per connection, and
+ * --max-conns connections.  (At most 1024 * 8 + 65536: no int overflow.)
+ */
+static int cq_depth(const struct options *opt)
+{
+	return (int)(opt->srq_depth + opt->max_conns * SEND_DEPTH);
+}
+
+/*
+ * Replies are sent from registered buffers, each one busy from its
+ * ibv_post_send() until its completion: see reply_send().
+ */
+static int replies_open(struct server *srv)
+{
+	/* Enough for every connection's SEND_DEPTH replies in flight. */
+	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
+
+	srv->send_bufs = calloc(count, CTRL_MSG_SIZE);
+	srv->send_free = calloc(count, sizeof(*srv->send_free));
+	if (!srv->send_bufs || !srv->send_free)
+		return fail("calloc(send buffers)", ENOMEM);
+	srv->send_mr =
+		ibv_reg_mr(srv->pd, srv->send_bufs, count * CTRL_MSG_SIZE, 0);
+	if (!srv->send_mr)
+		return fail("ibv_reg_mr(send buffers)", errno);
+	for (uint32_t i = 0; i < count; i++)
+		srv->send_free[srv->nsend_free++] = i;
+	return 0;
+}
+
+/*
+ * One CQ for everything: every QP's sends and the SRQ's receives.  A
+ * completion channel is how the NIC wakes a sleeping program: when a CQ
+ * that has been armed with ibv_req_notify_cq() receives a completion, the
+ * channel's file descriptor becomes readable.
+ */
+static int cq_open(struct server *srv)
+{
+	int ret;
+
+	srv->comp = ibv_create_comp_channel(srv->verbs);
+	if (!srv->comp)
+		return fail("ibv_create_comp_channel", errno);
+	srv->cq = ibv_create_cq(srv->verbs, cq_depth(&srv->opt), NULL,
+				srv->comp, 0);
+	if (!srv->cq)
+		return fail("ibv_create_cq", errno);
+	ret = ibv_req_notify_cq(srv->cq, 0);
+	return ret ? fail("ibv_req_notify_cq", ret) : 0;
+}
+
+/*
+ * Everything the NIC needs is made from the device the first client arrived
+ * on: a listener bound to 0.0.0.0 does not know its device until then.
+ * A protection domain ties together the objects that may be used with each
+ * other: a QP can only touch memory registered in its own PD.
+ */
+static int verbs_open(struct server *srv, struct ibv_context *verbs)
+{
+	int err;
+
+	srv->verbs = verbs;
+	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
+		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
+	err = windows_check(srv);
+	if (err)
+		return err;
+	srv->pd = ibv_alloc_pd(verbs);
+	if (!srv->pd)
+		return fail("ibv_alloc_pd", errno);
+	err = pool_register(srv);
+	if (!err)
+		err = srq_open(srv);
+	if (!err)
+		err = replies_open(srv);
+	if (!err)
+		err = cq_open(srv);
+	return err;
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+/* rnr_retry_count 7 is special: retry "receiver not ready" forever */
+#define RNR_RETRY_FOREVER 7
+/* how long a client waits after "receiver not ready": code 12 = 0.64 ms */
+#define MIN_RNR_TIMER 12
+
+/*
+ * When a message finds the SRQ empty, our NIC answers "receiver not ready"
+ * and names a time the sender must wait before it tries again: the QP's
+ * min_rnr_timer, a 5-bit code.  rdma_accept() leaves it at 0, which does
+ * not mean "no wait" but the longest one there is, 655 ms, so a client
+ * that meets an empty SRQ for a moment would stall for most of a second
+ * (and on Soft-RoCE, whose retransmit timer keeps running meanwhile, may
+ * use up its transport retries).  Only the connected QP (RTR or RTS) can
+ * be given a shorter wait.  Should that fail, the connection still works,
+ * only slowly under load: hence a warning, not an error.
+ */
+static void rnr_timer_shorten(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
+
+	check("ibv_modify_qp(min_rnr_timer)",
+	      ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER));
+}
+
+/*
+ * A connect request brings a new cm_id: give it a reliable-connected (RC) QP
+ * and accept.  The QP's receive side is the SRQ, so it gets no receive
+ * queue of its own; its send side carries only replies.  The pool MR
+ * allows RDMA READ, as the protocol says, so a client may have a read
+ * outstanding against us (responder_resources); we never read from
+ * clients, so initiator_depth stays 0.  The rnr_retry_count of the accept
+ * is the one the client's NIC applies when our SRQ is empty: retry
+ * forever, since a moment without receives is no reason to fail a client.
+ */
+static int conn_create(struct server *srv, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr = {
+		.send_cq = srv->cq,
+		.recv_cq = srv->cq,
+		.srq = srv->srq,
+		.qp_type = IBV_QPT_RC,
+		.cap.max_send_wr = SEND_DEPTH,
+		.cap.max_send_sge = 1,
+		.cap.max_inline_data = CTRL_MSG_SIZE,
+	};
+	struct rdma_conn_param param = {
+		.responder_resources = 1,
+		.rnr_retry_count = RNR_RETRY_FOREVER,
+	};
+	struct conn *conn = calloc(1, sizeof(*conn));
+	int err;
+
+	if (!conn)
+		return fail("calloc(conn)", ENOMEM);
+	if (rdma_create_qp(id, srv->pd, &attr)) {
+		err = fail("rdma_create_qp", errno);
+		goto out_free;
+	}
+	err = window_alloc(srv, conn);
+	if (err)
+		goto out_destroy_qp;
+	if (rdma_accept(id, &param)) {
+		err = fail("rdma_accept", errno);
+		goto out_unbind;
+	}
+	rnr_timer_shorten(id->qp);
+	conn->id = id;
+	conn->qp_num = id->qp->qp_num;
+	id->context = conn;
+	conn->next = srv->conns;
+	srv->conns = conn;
+	srv->nconns++;
+	return 0;
+
+out_unbind:
+	window_unbind(conn);
+out_destroy_qp:
+	rdma_destroy_qp(id);
+out_free:
+	free(conn);
+	return err;
+}
+
+static struct conn *conn_find(struct server *srv, uint32_t qp_num)
+{
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		if (conn->qp_num == qp_num)
+			return conn;
+	return NULL;
+}
+
+/* ---- control messages and doorbells ------------------------------------- */
+
+/*
+ * Replies are sent from a registered buffer taken from the pool of free
+ * ones.  The NIC reads the buffer some time after ibv_post_send() returns,
+ * so it stays taken until the send's completion names it by wr_id and
+ * on_completion() puts it back.  Every reply is signaled for that reason.
+ */
+static void reply_send(struct server *srv, struct conn *conn,
+		       const struct ctrl_msg *reply)
+{
+	struct ibv_sge sge = {
+		.length = CTRL_MSG_SIZE,
+		.lkey = srv->send_mr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_send_wr *bad;
+	uint32_t index;
+	int ret;
+
+	if (conn->sending == SEND_DEPTH || !srv->nsend_free) {
+		errorf("qp=0x%" PRIx32 " sent more "
+		       "than %d requests without waiting for replies: "
+		       "disconnecting it",
+		       conn->qp_num, SEND_DEPTH);
+		rdma_disconnect(conn->id);
+		return;
+	}
+	index = srv->send_free[--srv->nsend_free];
+	sge.addr = (uintptr_t)(srv->send_bufs + index * CTRL_MSG_SIZE);
+	wr.wr_id = WRID_SEND | index;
+	msg_encode(reply, srv->send_bufs + index * CTRL_MSG_SIZE);
+	ret = ibv_post_send(conn->id->qp, &wr, &bad);
+	if (ret) {
+		srv->send_free[srv->nsend_free++] = index;
+		fail("ibv_post_send(reply)", ret);
+		rdma_disconnect(conn->id);
+		return;
+	}
+	conn->sending++;
+}
+
+/* A control message arrived: answer it with exactly one RESP_ALLOC. */
+static void on_request(struct server *srv, struct conn *conn, const void *buf,
+		       uint32_t len)
+{
+	uint32_t asked, rkey = srv->pool_mr->rkey;
+	int err = alloc_request(&srv->pool, buf, len, &conn->slice, &asked);
+	struct ctrl_msg reply = {
+		.magic = CTRL_MAGIC,
+		.version = CTRL_VERSION,
+		.type = CTRL_RESP_ALLOC,
+	};
+
+	if (!err)
+		err = window_bind(srv, conn, &rkey);
+	if (!err) {
+		uint8_t *slice = srv->pool_mem + conn->slice.off;
+
+		/* A slice is handed over clean: the last holder's data is
+		 * none of the next one's business. */
+		memset(slice, 0, conn->slice.len);
+		reply.addr = (uintptr_t)slice;
+		reply.rkey = rkey;
+		reply.size = (uint32_t)conn->slice.len;
+		printf("grant qp=0x%" PRIx32 " addr=0x%" PRIx64
+		       " rkey=0x%" PRIx32 " size=%" PRIu32 "\n",
+		       conn->qp_num, reply.addr, reply.rkey, reply.size);
+	} else {
+		reply.status = (uint32_t)-err;
+		printf("deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
+		       conn->qp_num, asked, errno_name(-err));
+	}
+	reply_send(srv, conn, &reply);
+}
+
+/*
+ * A doorbell: the client's RDMA WRITE WITH IMM wrote value seq into its
+ * slot and, being the last write of a batch on a reliable connection, after
+ * all the unsignaled writes before it.  Its immediate value consumed one of
+ * our receives and so produced this completion: the only moment the
+ * server's CPU hears of the client's writes at all.
+ */
+static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
+{
+	uint32_t slots = conn->slice.len / sizeof(uint32_t);
+	enum slot_verdict verdict;
+	uint32_t value;
+
+	if (!slots) {
+		errorf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32
+		       " but it holds no slice",
+		       conn->qp_num, seq);
+		return;
+	}
+	memcpy(&value,
+	       srv->pool_mem + conn->slice.off +
+		       (size_t)((seq - 1) % slots) * sizeof(value),
+	       sizeof(value));
+	value = be32toh(value);
+	verdict = slot_check(seq, value, slots);
+	srv->doorbells++;
+	printf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32
+	       " %s\n",
+	       conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict == SLOT_MISMATCH)
+		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
+		       " found %" PRIu32 " in its slot",
+		       conn->qp_num, seq, value);
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+/*
+ * A work request failed.  Only wr_id, status and qp_num are defined then
+ * (not opcode), which is why wr_id itself says which queue it came from.
+ * The QP is in the error state now: end the connection.  A flushed reply
+ * (IBV_WC_WR_FLUSH_ERR) only says that the connection is already ending.
+ */
+static void on_failure(struct conn *conn, const struct ibv_wc *wc)
+{
+	bool receive = WRID_KIND(wc->wr_id) == WRID_RECV;
+
+	if (wc->status == IBV_WC_WR_FLUSH_ERR && !receive)
+		return;
+	errorf("%s qp=0x%" PRIx32 " failed: %s", receive ? "receive" : "reply",
+	       wc->qp_num, wc_status_name(wc->status));
+	if (conn)
+		rdma_disconnect(conn->id); /* DISCONNECTED follows */
+}
+
+/*
+ * A send-queue entry is free again: a reply (or a window bind) completed,
+ * well or not.  A reply's buffer, named by its wr_id, goes back to the
+ * free ones: only now has the NIC certainly finished reading it.
+ */
+static void send_done(struct server *srv, struct conn *conn, uint64_t wr_id)
+{
+	if (conn && conn->sending)
+		conn->sending--;
+	if (WRID_KIND(wr_id) == WRID_SEND)
+		srv->send_free[srv->nsend_free++] = WRID_INDEX(wr_id);
+}
+
+/*
+ * One work completion from the shared CQ, by what it completed.  conn is
+ * NULL, or a newer connection that reuses the qp_num, if the work request
+ * outlived its connection.  Whatever a receive brought, its buffer goes
+ * straight back to the SRQ, so that the stock of receives stays full.
+ */
+static int on_completion(struct server *srv, const struct ibv_wc *wc)
+{
+	struct conn *conn = conn_find(srv, wc->qp_num);
+	uint32_t index = WRID_INDEX(wc->wr_id);
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		on_failure(conn, wc);
+	} else if (conn) {
+		switch (wc->opcode) {
+		case IBV_WC_RECV:
+			/* A SEND arrived: a control message, in our buffer. */
+			on_request(srv, conn,
+				   srv->recv_bufs + index * RECV_BUF_SIZE,
+				   wc->byte_len);
+			break;
+		case IBV_WC_RECV_RDMA_WITH_IMM:
+			/* A doorbell.  It consumed a receive but put nothing
+			 * in its buffer: the data went where the write said,
+			 * and the immediate value is in the completion. */
+			on_doorbell(srv, conn, be32toh(wc->imm_data));
+			break;
+		default:
+			break; /* IBV_WC_SEND or IBV_WC_BIND_MW: see below */
+		}
+	}
+
+	if (WRID_KIND(wc->wr_id) == WRID_RECV)
+		return recv_post(srv, index);
+	send_done(srv, conn, wc->wr_id);
+	return 0;
+}
+
+#define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
+
+/*
+ * The heart of the server: take every completion the CQ holds, CQ_BATCH at
+ * a time, until ibv_poll_cq() finds none.  It must be all of them: the NIC
+ * raises one event per arming of the CQ, however many completions arrive
+ * after it, so whatever a drain leaves behind sits there unannounced until
+ * some later completion raises another event, and that may never come.
+ * Meanwhile a client waits for its reply, and a receive not reposted is one
+ * fewer in the SRQ.  A handler's error (a receive that cannot be reposted
+ * stops the server) does not cut the batch short: every completion polled
+ * is handled.  Returns how many there were, or the first error.
+ */
+static int cq_drain(struct server *srv)
+{
+	struct ibv_wc wc[CQ_BATCH];
+	int n, total = 0, err = 0;
+
+	do {
+		n = ibv_poll_cq(srv->cq, CQ_BATCH, wc);
+		if (n < 0)
+			return fail("ibv_poll_cq", EIO);
+		for (int i = 0; i < n; i++) {
+			int ret = on_completion(srv, &wc[i]);
+
+			err = err ? err : ret;
+		}
+		total += n;
+	} while (n > 0 && !err);
+	return err ? err : total;
+}
+
+/* ---- connection manager events ------------------------------------------ */
+
+/*
+ * Refuse a connect request, and drop its cm_id.  The reason travels to the
+ * client as the reject message's private data, so it can say why too.
+ */
+static void conn_reject(struct rdma_cm_id *id, const char *reason)
+{
+	printf("reject reason=%s\n", reason);
+	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
+		fail("rdma_reject", errno);
+	rdma_destroy_id(id);
+}
+
+static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
+{
+	int err;
+
+	if (!srv->verbs) {
+		err = verbs_open(srv, id->verbs);
+		if (err) {
+			conn_reject(id, "server-setup-failed");
+			return err;
+		}
+	}
+	if (id->verbs != srv->verbs) {
+		conn_reject(id, "other-device");
+		return 0;
+	}
+	if (srv->nconns == srv->opt.max_conns) {
+		conn_reject(id, "server-full");
+		return 0;
+	}
+	if (conn_create(srv, id))
+		conn_reject(id, "connection-setup-failed");
+	return 0;
+}
+
+/*
+ * A connection is over.  rdma_disconnect() moves the QP to the error state,
+ * so the NIC accepts nothing more from this client and flushes its unsent
+ * replies (it fails harmlessly if the peer disconnected first).  Draining the
+ * CQ then settles every completion this QP left behind, and under
+ * --isolation mw the client's window is invalidated, before the slice goes
+ * back to the pool for the next client and the QP is destroyed.
+ */
+static void conn_close(struct server *srv, struct conn *conn)
+{
+	struct conn **link = &srv->conns;
+
+	rdma_disconnect(conn->id);
+	cq_drain(srv);
+
+	window_unbind(conn);
+	if (conn->slice.len)
+		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	printf("disconnect qp=0x%" PRIx32 " freed=%zu\n", conn->qp_num,
+	       conn->slice.len);
+
+	while (*link != conn)
+		link = &(*link)->next;
+	*link = conn->next;
+	srv->nconns--;
+	rdma_destroy_qp(conn->id);
+	rdma_destroy_id(conn->id);
+	free(conn);
+}
+
+/*
+ * Take one event from the connection manager, if there is one: 1 if one was
+ * handled, 0 if there was none, or a negative errno if the server must stop.
+ *
+ * The event is acknowledged as soon as its type and cm_id are copied out.
+ * The cm_id lives on until we destroy it, and rdma_destroy_id() would wait
+ * forever for an event of that id still unacknowledged; only an event's
+ * private data dies with the ack, and this protocol sends none.
+ */
+static int cm_handle(struct server *srv)
+{
+	struct rdma_cm_event *event;
+	enum rdma_cm_event_type type;
+	struct rdma_cm_id *id;
+	struct conn *conn;
+
+	if (rdma_get_cm_event(srv->events, &event))
+		return errno == EAGAIN ? 0 : fail("rdma_get_cm_event", errno);
+	type = event->event;
+	id = event->id;
+	rdma_ack_cm_event(event);
+	conn = id->context;
+
+	switch (type) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST: {
+		int err = on_connect_request(srv, id);
+
+		return err ? err : 1;
+	}
+	case RDMA_CM_EVENT_ESTABLISHED:
+		printf("connect qp=0x%" PRIx32 "\n", conn->qp_num);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_REJECTED:
+		if (conn)
+			conn_close(srv, conn);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		errorf("the RDMA device went away");
+		return -ENODEV;
+	default:
+		break; /* e.g. TIMEWAIT_EXIT: nothing left to do */
+	}
+	return 1;
+}
+
+/* ---- the event loop ----------------------------------------------------- */
+
+/*
+ * The completion channel is readable: the armed CQ got a completion.  Take
+ * the event and acknowledge it (ibv_destroy_cq() waits until every event
+ * has been), then re-arm the CQ, and only then drain it.  Draining first
+ * would lose a wake-up: a completion arriving between the last poll and
+ * the re-arm finds the CQ unarmed and raises no event, and would sit there
+ * until the next one came.
+ */
+static int cq_event(struct server *srv)
+{
+	struct ibv_cq *cq;
+	void *cq_context;
+	int ret;
+
+	if (ibv_get_cq_event(srv->comp, &cq, &cq_context))
+		return fail("ibv_get_cq_event", errno);
+	ibv_ack_cq_events(cq, 1);
+	ret = ibv_req_notify_cq(cq, 0);
+	if (ret)
+		return fail("ibv_req_notify_cq", ret);
+	ret = cq_drain(srv);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * Sleep in poll() until there is something to do: a CM event, a CQ event,
+ * an asynchronous event or a signal.  The device's descriptors only exist
+ * once the first client has come (verbs_open), and poll() skips a negative
+ * fd until then.
+ */
+static int serve(struct server *srv)
+{
+	enum { CM, SIG, CQ, ASYNC };
+	struct pollfd fds[] = {
+		[CM] = { .fd = srv->events->fd, .events = POLLIN },
+		[SIG] = { .fd = srv->sigfd, .events = POLLIN },
+		[CQ] = { .fd = -1, .events = POLLIN },
+		[ASYNC] = { .fd = -1, .events = POLLIN },
+	};
+	int signo = 0, err;
+
+	while (!signo) {
+		fds[CQ].fd = srv->comp ? srv->comp->fd : -1;
+		fds[ASYNC].fd = srv->verbs ? srv->verbs->async_fd : -1;
+		if (poll(fds, sizeof(fds) / sizeof(fds[0]), -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return fail("poll", errno);
+		}
+		err = 0;
+		if (fds[CM].revents)
+			err = cm_handle(srv);
+		if (err >= 0 && fds[ASYNC].revents)
+			err = async_handle(srv);
+		if (err >= 0 && fds[CQ].revents)
+			err = cq_event(srv);
+		if (err < 0)
+			return err;
+		if (fds[SIG].revents)
+			signo = signal_take(srv);
+	}
+	shutdown_print(srv, signo);
+	return 0;
+}
+
+/* ---- the end ------------------------------------------------------------ */
+
+/*
+ * Undo verbs_open() in reverse, from wherever it stopped.  No QP may still
+ * be attached to the SRQ, and none may use the CQ.
+ */
+static void verbs_close(struct server *srv)
+{
+	if (srv->cq)
+		check("ibv_destroy_cq", ibv_destroy_cq(srv->cq));
+	if (srv->comp)
+		check("ibv_destroy_comp_channel",
+		      ibv_destroy_comp_channel(srv->comp));
+	if (srv->send_mr)
+		check("ibv_dereg_mr(send buffers)", ibv_dereg_mr(srv->send_mr));
+	free(srv->send_free);
+	free(srv->send_bufs);
+	if (srv->srq)
+		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
+	if (srv->recv_mr)
+		check("ibv_dereg_mr(receive buffers)",
+		      ibv_dereg_mr(srv->recv_mr));
+	free(srv->recv_bufs);
+	if (srv->pool_mr)
+		check("ibv_dereg_mr(pool)", ibv_dereg_mr(srv->pool_mr));
+	free(srv->pool_mem);
+	if (srv->pd)
+		check("ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
+	srv->cq = NULL;
+	srv->comp = NULL;
+	srv->send_mr = NULL;
+	srv->send_bufs = NULL;
+	srv->send_free = NULL;
+	srv->nsend_free = 0;
+	srv->srq = NULL;
+	srv->recv_mr = NULL;
+	srv->recv_bufs = NULL;
+	srv->pool_mr = NULL;
+	srv->pool_mem = NULL;
+	srv->pd = NULL;
+	srv->verbs = NULL;
+}
+
+/* Teardown in reverse order of setup; safe on a half-built server. */
+static void server_close(struct server *srv)
+{
+	while (srv->conns)
+		conn_close(srv, srv->conns);
+	verbs_close(srv);
+	if (srv->listener)
+		rdma_destroy_id(srv->listener);
+	if (srv->events)
+		rdma_destroy_event_channel(srv->events);
+	if (srv->sigfd >= 0)
+		close(srv->sigfd);
+	pool_destroy(&srv->pool);
+}
+
+int main(int argc, char **argv)
+{
+	struct server srv = { .sigfd = -1 };
+	int err;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (parse_options(argc, argv, &srv.opt))
+		return EXIT_FAILURE;
+	if (srv.opt.help) {
+		usage(stdout);
+		return EXIT_SUCCESS;
+	}
+
+	err = devices_check();
+	if (!err) {
+		err = pool_init(&srv.pool, srv.opt.pool_size);
+		if (err)
+			fail("pool_init", -err);
+	}
+	if (!err)
+		err = signals_open(&srv);
+	if (!err)
+		err = listen_open(&srv);
+	if (!err)
+		err = serve(&srv);
+	server_close(&srv);
+	return err ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* ======================================================================== */
+/*                  Beyond the core path: a first read may skip              */
+/* ======================================================================== */
+
+/* ---- the command line --------------------------------------------------- */
+
+#define DEFAULT_SRQ_DEPTH 128
+#define MAX_SRQ_DEPTH 65536 /* ours; the device may allow fewer */
+/* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
+#define DEFAULT_MAX_CONNS 64
+#define MAX_MAX_CONNS 1024
 
 static void usage(FILE *out)
 {
@@ -152,6 +956,7 @@ static void usage(FILE *out)
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS);
 }
 
+/* Fills opt from the arguments, or says what is wrong and fails. */
 static int parse_options(int argc, char **argv, struct options *opt)
 {
 	static const struct option longopts[] = {
@@ -219,6 +1024,8 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	return err;
 }
 
+/* ---- signals and statistics --------------------------------------------- */
+
 /*
  * Signals arrive as readable data on a file descriptor instead of
  * interrupting the program: the loop checks it like any other source of
@@ -248,666 +1055,31 @@ static void stats_print(const struct server *srv, const char *what)
 	       what, srv->nconns, srv->pool.used, srv->doorbells);
 }
 
-/* ---- listening ---------------------------------------------------------- */
-
 /*
- * The connection manager (librdmacm) speaks IP addresses and ports, like
- * sockets, and reports what happens to each connection as events on an
- * event channel.  Its file descriptor is one of those poll() waits on; it
- * is non-blocking too, so that reading it can never stall the loop.
+ * Take a pending signal, if any.  SIGUSR1 prints the counters; SIGINT and
+ * SIGTERM return their number, which ends the loop.  0: go on.
  */
-static int listen_open(struct server *srv)
+static int signal_take(struct server *srv)
 {
-	struct sockaddr_in addr = {
-		.sin_family = AF_INET,
-		.sin_port = htons(srv->opt.port),
-		.sin_addr.s_addr = htonl(INADDR_ANY),
-	};
+	struct signalfd_siginfo info;
 
-	srv->events = rdma_create_event_channel();
-	if (!srv->events)
-		return devices_missing("rdma_create_event_channel", errno);
-	if (fcntl(srv->events->fd, F_SETFL, O_NONBLOCK))
-		return fail("fcntl(O_NONBLOCK)", errno);
-	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
-		return fail("rdma_create_id", errno);
-	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr)) {
-		int err = errno;
-
-		/* 0.0.0.0 is always there: whatever else, the port is taken */
-		if (err == EADDRINUSE || err == EADDRNOTAVAIL) {
-			errorf("port %u is already in use (rdma_bind_addr: %s)",
-			       srv->opt.port, strerror(err));
-			return -err;
-		}
-		return fail("rdma_bind_addr", err);
-	}
-	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
-		return fail("rdma_listen", errno);
-	printf("listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
-	       srv->opt.pool_size);
-	return 0;
-}
-
-/* ---- verbs resources ---------------------------------------------------- */
-
-static int recv_post(struct server *srv, uint32_t index)
-{
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)(srv->recv_bufs + index * RECV_BUF_SIZE),
-		.length = RECV_BUF_SIZE,
-		.lkey = srv->recv_mr->lkey,
-	};
-	struct ibv_recv_wr wr = {
-		.wr_id = WRID_RECV | index,
-		.sg_list = &sge,
-		.num_sge = 1,
-	};
-	struct ibv_recv_wr *bad;
-	int ret = ibv_post_srq_recv(srv->srq, &wr, &bad);
-
-	return ret ? fail("ibv_post_srq_recv", ret) : 0;
-}
-
-/*
- * The CQ must have room for every completion that can be outstanding at
- * once, or the NIC overruns it and the CQ goes into error.  Receives: at
- * most one per SRQ entry, since a buffer is reposted only after its
- * completion is handled.  Sends: at most SEND_DEPTH per connection, and
- * --max-conns connections.  (At most 1024 * 8 + 65536: no int overflow.)
- */
-static int cq_depth(const struct options *opt)
-{
-	return (int)(opt->srq_depth + opt->max_conns * SEND_DEPTH);
-}
-
-/*
- * Registering pins the pool in RAM and gives the NIC its address
- * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land here
- * without this program doing anything; the NIC checks each one against the
- * rkey and the bounds of this region.  (REMOTE_WRITE requires LOCAL_WRITE.)
- */
-static int pool_register(struct server *srv)
-{
-	size_t size = srv->opt.pool_size;
-
-	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
-	if (!srv->pool_mem)
-		return fail("aligned_alloc(pool)", ENOMEM);
-	memset(srv->pool_mem, 0, size);
-	srv->pool_mr =
-		ibv_reg_mr(srv->pd, srv->pool_mem, size,
-			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ);
-	if (!srv->pool_mr)
-		return fail("ibv_reg_mr(pool)", errno);
-	printf("pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
-	       (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
-	return 0;
-}
-
-/*
- * Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
- * an eighth of the SRQ's receives are left: a sign that the server is not
- * keeping up and clients are about to hear "receiver not ready".  The limit
- * disarms itself when it fires; we do not re-arm it, one line is enough.
- */
-static int srq_limit_arm(struct server *srv)
-{
-	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
-
-	if (!attr.srq_limit)
+	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
 		return 0;
-	return check("ibv_modify_srq(srq_limit)",
-		     ibv_modify_srq(srv->srq, &attr, IBV_SRQ_LIMIT));
-}
-
-/*
- * The shared receive queue: one stock of receive buffers for all the QPs
- * attached to it.  Posting them all now means the first message of the
- * first client already finds a buffer waiting.
- */
-static int srq_open(struct server *srv)
-{
-	uint32_t depth = srv->opt.srq_depth;
-	struct ibv_srq_init_attr attr = {
-		.attr.max_wr = depth,
-		.attr.max_sge = 1,
-	};
-
-	srv->recv_bufs = calloc(depth, RECV_BUF_SIZE);
-	if (!srv->recv_bufs)
-		return fail("calloc(receive buffers)", ENOMEM);
-	srv->recv_mr =
-		ibv_reg_mr(srv->pd, srv->recv_bufs, depth * RECV_BUF_SIZE,
-			   IBV_ACCESS_LOCAL_WRITE);
-	if (!srv->recv_mr)
-		return fail("ibv_reg_mr(receive buffers)", errno);
-	srv->srq = ibv_create_srq(srv->pd, &attr);
-	if (!srv->srq)
-		return fail("ibv_create_srq", errno);
-	for (uint32_t i = 0; i < depth; i++) {
-		int err = recv_post(srv, i);
-
-		if (err)
-			return err;
-	}
-	return srq_limit_arm(srv);
-}
-
-/*
- * Replies are sent from registered buffers, each one busy from its
- * ibv_post_send() until its completion: see reply_send().
- */
-static int replies_open(struct server *srv)
-{
-	/* Enough for every connection's SEND_DEPTH replies in flight. */
-	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
-
-	srv->send_bufs = calloc(count, CTRL_MSG_SIZE);
-	srv->send_free = calloc(count, sizeof(*srv->send_free));
-	if (!srv->send_bufs || !srv->send_free)
-		return fail("calloc(send buffers)", ENOMEM);
-	srv->send_mr =
-		ibv_reg_mr(srv->pd, srv->send_bufs, count * CTRL_MSG_SIZE, 0);
-	if (!srv->send_mr)
-		return fail("ibv_reg_mr(send buffers)", errno);
-	for (uint32_t i = 0; i < count; i++)
-		srv->send_free[srv->nsend_free++] = i;
-	return 0;
-}
-
-/*
- * One CQ for everything: every QP's sends and the SRQ's receives.  A
- * completion channel is how the NIC wakes a sleeping program: when a CQ
- * that has been armed with ibv_req_notify_cq() receives a completion, the
- * channel's file descriptor becomes readable.
- */
-static int cq_open(struct server *srv)
-{
-	int ret;
-
-	srv->comp = ibv_create_comp_channel(srv->verbs);
-	if (!srv->comp)
-		return fail("ibv_create_comp_channel", errno);
-	srv->cq = ibv_create_cq(srv->verbs, cq_depth(&srv->opt), NULL,
-				srv->comp, 0);
-	if (!srv->cq)
-		return fail("ibv_create_cq", errno);
-	ret = ibv_req_notify_cq(srv->cq, 0);
-	return ret ? fail("ibv_req_notify_cq", ret) : 0;
-}
-
-/* --isolation mw needs type 2 memory windows: not every device has them. */
-static int windows_check(struct server *srv)
-{
-	struct ibv_device_attr attr;
-	int ret = ibv_query_device(srv->verbs, &attr);
-
-	if (ret)
-		return fail("ibv_query_device", ret);
-	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-				       IBV_DEVICE_MEM_WINDOW_TYPE_2B))) {
-		errorf("--isolation mw: %s has no type 2 memory windows",
-		       ibv_get_device_name(srv->verbs->device));
-		return -EOPNOTSUPP;
-	}
-	return 0;
-}
-
-/*
- * Everything the NIC needs is made from the device the first client arrived
- * on: a listener bound to 0.0.0.0 does not know its device until then.
- */
-static int verbs_open(struct server *srv, struct ibv_context *verbs)
-{
-	int err;
-
-	/*
-	 * A protection domain ties together the objects that may be used with
-	 * each other: a QP can only touch memory registered in its own PD.
-	 */
-	srv->verbs = verbs;
-	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
-		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
-	if (srv->opt.isolation) {
-		err = windows_check(srv);
-		if (err)
-			return err;
-	}
-	srv->pd = ibv_alloc_pd(verbs);
-	if (!srv->pd)
-		return fail("ibv_alloc_pd", errno);
-	err = pool_register(srv);
-	if (!err)
-		err = srq_open(srv);
-	if (!err)
-		err = replies_open(srv);
-	if (!err)
-		err = cq_open(srv);
-	return err;
-}
-
-/*
- * Undo verbs_open() in reverse, from wherever it stopped.  No QP may still
- * be attached to the SRQ, and none may use the CQ.
- */
-static void verbs_close(struct server *srv)
-{
-	if (srv->cq)
-		check("ibv_destroy_cq", ibv_destroy_cq(srv->cq));
-	if (srv->comp)
-		check("ibv_destroy_comp_channel",
-		      ibv_destroy_comp_channel(srv->comp));
-	if (srv->send_mr)
-		check("ibv_dereg_mr(send buffers)", ibv_dereg_mr(srv->send_mr));
-	free(srv->send_free);
-	free(srv->send_bufs);
-	if (srv->srq)
-		check("ibv_destroy_srq", ibv_destroy_srq(srv->srq));
-	if (srv->recv_mr)
-		check("ibv_dereg_mr(receive buffers)",
-		      ibv_dereg_mr(srv->recv_mr));
-	free(srv->recv_bufs);
-	if (srv->pool_mr)
-		check("ibv_dereg_mr(pool)", ibv_dereg_mr(srv->pool_mr));
-	free(srv->pool_mem);
-	if (srv->pd)
-		check("ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
-	srv->cq = NULL;
-	srv->comp = NULL;
-	srv->send_mr = NULL;
-	srv->send_bufs = NULL;
-	srv->send_free = NULL;
-	srv->nsend_free = 0;
-	srv->srq = NULL;
-	srv->recv_mr = NULL;
-	srv->recv_bufs = NULL;
-	srv->pool_mr = NULL;
-	srv->pool_mem = NULL;
-	srv->pd = NULL;
-	srv->verbs = NULL;
-}
-
-/* ---- connections -------------------------------------------------------- */
-
-static struct conn *conn_find(struct server *srv, uint32_t qp_num)
-{
-	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		if (conn->qp_num == qp_num)
-			return conn;
-	return NULL;
-}
-
-/*
- * When a message finds the SRQ empty, our NIC answers "receiver not ready"
- * and names a time the sender must wait before it tries again: the QP's
- * min_rnr_timer, a 5-bit code.  rdma_accept() leaves it at 0, which does
- * not mean "no wait" but the longest one there is, 655 ms, so a client
- * that meets an empty SRQ for a moment would stall for most of a second
- * (and on Soft-RoCE, whose retransmit timer keeps running meanwhile, may
- * use up its transport retries).  Only the connected QP (RTR or RTS) can
- * be given a shorter wait.  Should that fail, the connection still works,
- * only slowly under load: hence a warning, not an error.
- */
-static void rnr_timer_shorten(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
-
-	check("ibv_modify_qp(min_rnr_timer)",
-	      ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER));
-}
-
-/*
- * A connect request brings a new cm_id: give it a reliable-connected (RC) QP
- * and accept.  The QP's receive side is the SRQ, so it gets no receive
- * queue of its own; its send side carries only replies.
- */
-static int conn_create(struct server *srv, struct rdma_cm_id *id)
-{
-	struct ibv_qp_init_attr attr = {
-		.send_cq = srv->cq,
-		.recv_cq = srv->cq,
-		.srq = srv->srq,
-		.qp_type = IBV_QPT_RC,
-		.cap.max_send_wr = SEND_DEPTH,
-		.cap.max_send_sge = 1,
-		.cap.max_inline_data = CTRL_MSG_SIZE,
-	};
-	/*
-	 * The pool MR allows RDMA READ, as the protocol says, so a client may
-	 * have a read outstanding against us (responder_resources); we never
-	 * read from clients, so initiator_depth stays 0.
-	 */
-	struct rdma_conn_param param = {
-		.responder_resources = 1,
-		.rnr_retry_count = RNR_RETRY_FOREVER,
-	};
-	struct conn *conn = calloc(1, sizeof(*conn));
-	int err;
-
-	if (!conn)
-		return fail("calloc(conn)", ENOMEM);
-	if (rdma_create_qp(id, srv->pd, &attr)) {
-		err = fail("rdma_create_qp", errno);
-		goto out_free;
-	}
-	if (srv->opt.isolation) {
-		conn->window = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
-		if (!conn->window) {
-			err = fail("ibv_alloc_mw", errno);
-			goto out_destroy_qp;
-		}
-	}
-	if (rdma_accept(id, &param)) {
-		err = fail("rdma_accept", errno);
-		goto out_dealloc_mw;
-	}
-	rnr_timer_shorten(id->qp);
-	conn->id = id;
-	conn->qp_num = id->qp->qp_num;
-	id->context = conn;
-	conn->next = srv->conns;
-	srv->conns = conn;
-	srv->nconns++;
-	return 0;
-
-out_dealloc_mw:
-	if (conn->window)
-		ibv_dealloc_mw(conn->window);
-out_destroy_qp:
-	rdma_destroy_qp(id);
-out_free:
-	free(conn);
-	return err;
-}
-
-/*
- * --isolation mw.  The pool's rkey opens all of the pool to whoever holds
- * it; instead, the client gets the rkey of a type 2 memory window over its
- * slice alone.  A type 2 window is bound by a work request on the client's
- * own QP and works only through that QP.  ibv_inc_rkey() gives the key a
- * fresh low byte, so no earlier key of this window can match.  The bind goes
- * on the send queue before the reply, and a send queue keeps its order: the
- * window is bound before the client can know its key.
- *
- * The window sits on a region registered for this slice alone, not on the
- * pool MR.  By the verbs, every access through a window is checked against
- * the window's bounds; Soft-RoCE (rxe, Linux 6.1 at least) checks only the
- * bounds of the region underneath, so over the pool MR a client could still
- * write into its neighbour's slice.  With a region per slice, the two checks
- * are the same one.  MW_BIND lets windows be bound over it; LOCAL_WRITE is
- * required for a window that allows REMOTE_WRITE.
- */
-static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
-{
-	uint8_t *slice = srv->pool_mem + conn->slice.off;
-	struct ibv_send_wr wr = {
-		.wr_id = WRID_BIND,
-		.opcode = IBV_WR_BIND_MW,
-		.send_flags = IBV_SEND_SIGNALED,
-		.bind_mw.mw = conn->window,
-		.bind_mw.rkey = ibv_inc_rkey(conn->window->rkey),
-		.bind_mw.bind_info.addr = (uintptr_t)slice,
-		.bind_mw.bind_info.length = conn->slice.len,
-		.bind_mw.bind_info.mw_access_flags =
-			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-	};
-	struct ibv_send_wr *bad;
-	int ret;
-
-	conn->slice_mr =
-		ibv_reg_mr(srv->pd, slice, conn->slice.len,
-			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
-	if (!conn->slice_mr)
-		return fail("ibv_reg_mr(slice)", errno);
-	wr.bind_mw.bind_info.mr = conn->slice_mr;
-	ret = ibv_post_send(conn->id->qp, &wr, &bad);
-	if (ret) {
-		check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
-		conn->slice_mr = NULL;
-		return fail("ibv_post_send(bind window)", ret);
-	}
-	conn->sending++;
-	*rkey = wr.bind_mw.rkey;
-	return 0;
-}
-
-/*
- * The client is gone, and its QP in the error state: invalidate its key
- * (deallocating the window does that) before its slice goes back to the
- * pool, then drop the region the window sat on.
- */
-static void window_unbind(struct conn *conn)
-{
-	if (conn->window)
-		check("ibv_dealloc_mw", ibv_dealloc_mw(conn->window));
-	conn->window = NULL;
-	if (conn->slice_mr)
-		check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
-	conn->slice_mr = NULL;
-}
-
-static int on_completion(void *ctx, const struct ibv_wc *wc);
-
-/*
- * A connection is over.  rdma_disconnect() moves the QP to the error state,
- * so the NIC accepts nothing more from this client and flushes its unsent
- * replies (it fails harmlessly if the peer disconnected first).  Draining the
- * CQ then settles every completion this QP left behind, and under
- * --isolation mw the client's window is invalidated, before the slice goes
- * back to the pool for the next client and the QP is destroyed.
- */
-static void conn_close(struct server *srv, struct conn *conn)
-{
-	struct conn **link = &srv->conns;
-
-	rdma_disconnect(conn->id);
-	cq_drain(srv->cq, on_completion, srv);
-
-	window_unbind(conn);
-	if (conn->slice.len)
-		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
-	printf("disconnect qp=0x%" PRIx32 " freed=%zu\n", conn->qp_num,
-	       conn->slice.len);
-
-	while (*link != conn)
-		link = &(*link)->next;
-	*link = conn->next;
-	srv->nconns--;
-	rdma_destroy_qp(conn->id);
-	rdma_destroy_id(conn->id);
-	free(conn);
-}
-
-/*
- * Refuse a connect request, and drop its cm_id.  The reason travels to the
- * client as the reject message's private data, so it can say why too.
- */
-static void conn_reject(struct rdma_cm_id *id, const char *reason)
-{
-	printf("reject reason=%s\n", reason);
-	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
-		fail("rdma_reject", errno);
-	rdma_destroy_id(id);
-}
-
-/* ---- control messages and doorbells ------------------------------------- */
-
-/*
- * Replies are sent from a registered buffer taken from the pool of free
- * ones.  The NIC reads the buffer some time after ibv_post_send() returns,
- * so it stays taken until the send's completion names it by wr_id and
- * on_completion() puts it back.  Every reply is signaled for that reason.
- */
-static void reply_send(struct server *srv, struct conn *conn,
-		       const struct ctrl_msg *reply)
-{
-	struct ibv_sge sge = {
-		.length = CTRL_MSG_SIZE,
-		.lkey = srv->send_mr->lkey,
-	};
-	struct ibv_send_wr wr = {
-		.sg_list = &sge,
-		.num_sge = 1,
-		.opcode = IBV_WR_SEND,
-		.send_flags = IBV_SEND_SIGNALED,
-	};
-	struct ibv_send_wr *bad;
-	uint32_t index;
-	int ret;
-
-	if (conn->sending == SEND_DEPTH || !srv->nsend_free) {
-		errorf("qp=0x%" PRIx32 " sent more "
-		       "than %d requests without waiting for replies: "
-		       "disconnecting it",
-		       conn->qp_num, SEND_DEPTH);
-		rdma_disconnect(conn->id);
-		return;
-	}
-	index = srv->send_free[--srv->nsend_free];
-	sge.addr = (uintptr_t)(srv->send_bufs + index * CTRL_MSG_SIZE);
-	wr.wr_id = WRID_SEND | index;
-	msg_encode(reply, srv->send_bufs + index * CTRL_MSG_SIZE);
-	ret = ibv_post_send(conn->id->qp, &wr, &bad);
-	if (ret) {
-		srv->send_free[srv->nsend_free++] = index;
-		fail("ibv_post_send(reply)", ret);
-		rdma_disconnect(conn->id);
-		return;
-	}
-	conn->sending++;
-}
-
-/* A control message arrived: answer it with exactly one RESP_ALLOC. */
-static void on_request(struct server *srv, struct conn *conn, const void *buf,
-		       uint32_t len)
-{
-	uint32_t asked;
-	int err = alloc_request(&srv->pool, buf, len, &conn->slice, &asked);
-	struct ctrl_msg reply = {
-		.magic = CTRL_MAGIC,
-		.version = CTRL_VERSION,
-		.type = CTRL_RESP_ALLOC,
-	};
-	uint32_t rkey = srv->pool_mr->rkey;
-
-	if (!err && srv->opt.isolation) {
-		err = window_bind(srv, conn, &rkey);
-		if (err) {
-			pool_free(&srv->pool, conn->slice.off, conn->slice.len);
-			conn->slice = (struct slice){ 0 };
-		}
-	}
-	reply.status = (uint32_t)-err;
-	if (err) {
-		printf("deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
-		       conn->qp_num, asked, errno_name(-err));
-	} else {
-		uint8_t *slice = srv->pool_mem + conn->slice.off;
-
-		/* A slice is handed over clean: the last holder's data is
-		 * none of the next one's business. */
-		memset(slice, 0, conn->slice.len);
-		reply.addr = (uintptr_t)slice;
-		reply.rkey = rkey;
-		reply.size = (uint32_t)conn->slice.len;
-		printf("grant qp=0x%" PRIx32 " addr=0x%" PRIx64
-		       " rkey=0x%" PRIx32 " size=%" PRIu32 "\n",
-		       conn->qp_num, reply.addr, reply.rkey, reply.size);
-	}
-	reply_send(srv, conn, &reply);
-}
-
-/*
- * A doorbell: the client's RDMA WRITE WITH IMM wrote value seq into its
- * slot and, being the last write of a batch on a reliable connection, after
- * all the unsignaled writes before it.  Its immediate value consumed one of
- * our receives and so produced this completion: the only moment the
- * server's CPU hears of the client's writes at all.
- */
-static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
-{
-	uint32_t slots = conn->slice.len / sizeof(uint32_t);
-	enum slot_verdict verdict;
-	uint32_t value;
-
-	if (!slots) {
-		errorf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32
-		       " but it holds no slice",
-		       conn->qp_num, seq);
-		return;
-	}
-	memcpy(&value,
-	       srv->pool_mem + conn->slice.off +
-		       (size_t)((seq - 1) % slots) * sizeof(value),
-	       sizeof(value));
-	value = be32toh(value);
-	verdict = slot_check(seq, value, slots);
-	srv->doorbells++;
-	printf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32
-	       " %s\n",
-	       conn->qp_num, seq, value, slot_verdict_name(verdict));
-	if (verdict == SLOT_MISMATCH)
-		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
-		       " found %" PRIu32 " in its slot",
-		       conn->qp_num, seq, value);
-}
-
-/* ---- completions -------------------------------------------------------- */
-
-static void on_receive(struct server *srv, struct conn *conn,
-		       const struct ibv_wc *wc)
-{
-	const uint8_t *buf =
-		srv->recv_bufs + WRID_INDEX(wc->wr_id) * RECV_BUF_SIZE;
-
-	if (wc->status != IBV_WC_SUCCESS) {
-		errorf("receive qp=0x%" PRIx32 " failed: %s", wc->qp_num,
-		       wc_status_name(wc->status));
-		/* The QP is in the error state now: end the connection. */
-		if (conn)
-			rdma_disconnect(conn->id);
-		return;
-	}
-	if (!conn)
-		return; /* left over from a connection already closed */
-	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-		on_doorbell(srv, conn, be32toh(wc->imm_data));
-	else
-		on_request(srv, conn, buf, wc->byte_len);
-}
-
-/*
- * One work completion from the shared CQ.  Only wr_id, status and qp_num
- * are defined for a failed completion (opcode is not), which is why wr_id
- * itself records whether a receive or a send is done.
- */
-static int on_completion(void *ctx, const struct ibv_wc *wc)
-{
-	struct server *srv = ctx;
-	struct conn *conn = conn_find(srv, wc->qp_num);
-
-	if (WRID_KIND(wc->wr_id) != WRID_RECV) {
-		if (WRID_KIND(wc->wr_id) == WRID_SEND)
-			srv->send_free[srv->nsend_free++] =
-				WRID_INDEX(wc->wr_id);
-		/* conn is NULL, or a newer one that reuses the qp_num, if
-		 * this work request outlived its connection. */
-		if (conn && conn->sending)
-			conn->sending--;
-		if (wc->status != IBV_WC_SUCCESS &&
-		    wc->status != IBV_WC_WR_FLUSH_ERR) {
-			errorf("reply qp=0x%" PRIx32 " failed: %s", wc->qp_num,
-			       wc_status_name(wc->status));
-			if (conn)
-				rdma_disconnect(conn->id);
-		}
+	if (info.ssi_signo == SIGUSR1) {
+		stats_print(srv, "stats");
 		return 0;
 	}
-	/* Whatever the receive brought, its buffer goes straight back. */
-	on_receive(srv, conn, wc);
-	return recv_post(srv, WRID_INDEX(wc->wr_id));
+	return (int)info.ssi_signo;
+}
+
+/* The last line: which signal, and what was still in use. */
+static void shutdown_print(const struct server *srv, int signo)
+{
+	char what[48];
+
+	snprintf(what, sizeof(what), "shutdown signal=SIG%s",
+		 sigabbrev_np(signo));
+	stats_print(srv, what);
 }
 
 /* ---- asynchronous events ----------------------------------------------- */
@@ -960,214 +1132,133 @@ static int async_handle(struct server *srv)
 	return ret;
 }
 
-/* ---- connection manager events ------------------------------------------ */
-
-static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
+/*
+ * Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
+ * an eighth of the SRQ's receives are left: a sign that the server is not
+ * keeping up and clients are about to hear "receiver not ready".  The limit
+ * disarms itself when it fires; we do not re-arm it, one line is enough.
+ */
+static int srq_limit_arm(struct server *srv)
 {
-	int err;
+	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
 
-	if (!srv->verbs) {
-		err = verbs_open(srv, id->verbs);
-		if (err) {
-			conn_reject(id, "server-setup-failed");
-			return err;
-		}
-	}
-	if (id->verbs != srv->verbs) {
-		conn_reject(id, "other-device");
+	if (!attr.srq_limit)
 		return 0;
-	}
-	if (srv->nconns == srv->opt.max_conns) {
-		conn_reject(id, "server-full");
-		return 0;
-	}
-	if (conn_create(srv, id))
-		conn_reject(id, "connection-setup-failed");
-	return 0;
+	return check("ibv_modify_srq(srq_limit)",
+		     ibv_modify_srq(srv->srq, &attr, IBV_SRQ_LIMIT));
 }
+
+/* ---- isolation: a memory window per slice (--isolation mw) --------------- */
 
 /*
- * Take one event from the connection manager, if there is one: 1 if one was
- * handled, 0 if there was none, or a negative errno if the server must stop.
- *
- * The event is acknowledged as soon as its type and cm_id are copied out.
- * The cm_id lives on until we destroy it, and rdma_destroy_id() would wait
- * forever for an event of that id still unacknowledged; only an event's
- * private data dies with the ack, and this protocol sends none.
+ * The pool's rkey opens all of the pool to whoever holds it; with
+ * --isolation mw, the client gets the rkey of a type 2 memory window over
+ * its slice alone instead.  A type 2 window is bound by a work request on
+ * the client's own QP and works only through that QP.  Without the option,
+ * each of these functions does nothing.
  */
-static int cm_handle(struct server *srv)
+
+/* --isolation mw needs type 2 memory windows: not every device has them. */
+static int windows_check(struct server *srv)
 {
-	struct rdma_cm_event *event;
-	enum rdma_cm_event_type type;
-	struct rdma_cm_id *id;
-	struct conn *conn;
-
-	if (rdma_get_cm_event(srv->events, &event))
-		return errno == EAGAIN ? 0 : fail("rdma_get_cm_event", errno);
-	type = event->event;
-	id = event->id;
-	rdma_ack_cm_event(event);
-	conn = id->context;
-
-	switch (type) {
-	case RDMA_CM_EVENT_CONNECT_REQUEST: {
-		int err = on_connect_request(srv, id);
-
-		return err ? err : 1;
-	}
-	case RDMA_CM_EVENT_ESTABLISHED:
-		printf("connect qp=0x%" PRIx32 "\n", conn->qp_num);
-		break;
-	case RDMA_CM_EVENT_DISCONNECTED:
-	case RDMA_CM_EVENT_CONNECT_ERROR:
-	case RDMA_CM_EVENT_UNREACHABLE:
-	case RDMA_CM_EVENT_REJECTED:
-		if (conn)
-			conn_close(srv, conn);
-		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		errorf("the RDMA device went away");
-		return -ENODEV;
-	default:
-		break; /* e.g. TIMEWAIT_EXIT: nothing left to do */
-	}
-	return 1;
-}
-
-/* ---- the event loop ----------------------------------------------------- */
-
-/*
- * Take a pending signal, if any.  SIGUSR1 prints the counters; SIGINT and
- * SIGTERM return their number, which ends the loop.  0: go on.
- */
-static int signal_take(struct server *srv)
-{
-	struct signalfd_siginfo info;
-
-	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
-		return 0;
-	if (info.ssi_signo == SIGUSR1) {
-		stats_print(srv, "stats");
-		return 0;
-	}
-	return (int)info.ssi_signo;
-}
-
-/* The last line: which signal, and what was still in use. */
-static void shutdown_print(const struct server *srv, int signo)
-{
-	char what[48];
-
-	snprintf(what, sizeof(what), "shutdown signal=SIG%s",
-		 sigabbrev_np(signo));
-	stats_print(srv, what);
-}
-
-/*
- * The completion channel is readable: the armed CQ got a completion.  Take
- * the event and acknowledge it (ibv_destroy_cq() waits until every event
- * has been), then re-arm the CQ, and only then drain it.  Draining first
- * would lose a wake-up: a completion arriving between the last poll and
- * the re-arm finds the CQ unarmed and raises no event, and would sit there
- * until the next one came.
- */
-static int cq_event(struct server *srv)
-{
-	struct ibv_cq *cq;
-	void *cq_context;
+	struct ibv_device_attr attr;
 	int ret;
 
-	if (ibv_get_cq_event(srv->comp, &cq, &cq_context))
-		return fail("ibv_get_cq_event", errno);
-	ibv_ack_cq_events(cq, 1);
-	ret = ibv_req_notify_cq(cq, 0);
+	if (!srv->opt.isolation)
+		return 0;
+	ret = ibv_query_device(srv->verbs, &attr);
 	if (ret)
-		return fail("ibv_req_notify_cq", ret);
-	ret = cq_drain(cq, on_completion, srv);
-	return ret < 0 ? ret : 0;
-}
-
-/*
- * Sleep in poll() until there is something to do: a CM event, a CQ event,
- * an asynchronous event or a signal.  The device's descriptors only exist
- * once the first client has come (verbs_open), and poll() skips a negative
- * fd until then.
- */
-static int serve(struct server *srv)
-{
-	enum { CM, SIG, CQ, ASYNC };
-	struct pollfd fds[] = {
-		[CM] = { .fd = srv->events->fd, .events = POLLIN },
-		[SIG] = { .fd = srv->sigfd, .events = POLLIN },
-		[CQ] = { .fd = -1, .events = POLLIN },
-		[ASYNC] = { .fd = -1, .events = POLLIN },
-	};
-	int signo = 0, err;
-
-	while (!signo) {
-		fds[CQ].fd = srv->comp ? srv->comp->fd : -1;
-		fds[ASYNC].fd = srv->verbs ? srv->verbs->async_fd : -1;
-		if (poll(fds, sizeof(fds) / sizeof(fds[0]), -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return fail("poll", errno);
-		}
-		err = 0;
-		if (fds[CM].revents)
-			err = cm_handle(srv);
-		if (err >= 0 && fds[ASYNC].revents)
-			err = async_handle(srv);
-		if (err >= 0 && fds[CQ].revents)
-			err = cq_event(srv);
-		if (err < 0)
-			return err;
-		if (fds[SIG].revents)
-			signo = signal_take(srv);
+		return fail("ibv_query_device", ret);
+	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+				       IBV_DEVICE_MEM_WINDOW_TYPE_2B))) {
+		errorf("--isolation mw: %s has no type 2 memory windows",
+		       ibv_get_device_name(srv->verbs->device));
+		return -EOPNOTSUPP;
 	}
-	shutdown_print(srv, signo);
 	return 0;
 }
 
-/* Teardown in reverse order of setup; safe on a half-built server. */
-static void server_close(struct server *srv)
+/* The connection's window, not bound yet: a key to nothing. */
+static int window_alloc(struct server *srv, struct conn *conn)
 {
-	while (srv->conns)
-		conn_close(srv, srv->conns);
-	verbs_close(srv);
-	if (srv->listener)
-		rdma_destroy_id(srv->listener);
-	if (srv->events)
-		rdma_destroy_event_channel(srv->events);
-	if (srv->sigfd >= 0)
-		close(srv->sigfd);
-	pool_destroy(&srv->pool);
+	if (!srv->opt.isolation)
+		return 0;
+	conn->window = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
+	return conn->window ? 0 : fail("ibv_alloc_mw", errno);
 }
 
-int main(int argc, char **argv)
+/*
+ * Bind the window over the slice just granted, and hand out its rkey in
+ * *rkey instead of the pool's.  ibv_inc_rkey() gives the key a fresh low
+ * byte, so no earlier key of this window can match.  The bind goes on the
+ * send queue before the reply, and a send queue keeps its order: the
+ * window is bound before the client can know its key.
+ *
+ * The window sits on a region registered for this slice alone, not on the
+ * pool MR.  By the verbs, every access through a window is checked against
+ * the window's bounds; Soft-RoCE (rxe, Linux 6.1 at least) checks only the
+ * bounds of the region underneath, so over the pool MR a client could still
+ * write into its neighbour's slice.  With a region per slice, the two checks
+ * are the same one.  MW_BIND lets windows be bound over it; LOCAL_WRITE is
+ * required for a window that allows REMOTE_WRITE.  If the window cannot be
+ * bound, the slice goes back to the pool and the client is denied.
+ */
+static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
-	struct server srv = { .sigfd = -1 };
+	uint8_t *slice = srv->pool_mem + conn->slice.off;
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_BIND,
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
+		.bind_mw.mw = conn->window,
+		.bind_mw.bind_info.addr = (uintptr_t)slice,
+		.bind_mw.bind_info.length = conn->slice.len,
+		.bind_mw.bind_info.mw_access_flags =
+			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+	};
+	struct ibv_send_wr *bad;
 	int err;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (parse_options(argc, argv, &srv.opt))
-		return EXIT_FAILURE;
-	if (srv.opt.help) {
-		usage(stdout);
-		return EXIT_SUCCESS;
+	if (!conn->window)
+		return 0;
+	conn->slice_mr =
+		ibv_reg_mr(srv->pd, slice, conn->slice.len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	if (!conn->slice_mr) {
+		err = mr_fail("ibv_reg_mr(slice)", errno);
+		goto out_free_slice;
 	}
+	wr.bind_mw.rkey = ibv_inc_rkey(conn->window->rkey);
+	wr.bind_mw.bind_info.mr = conn->slice_mr;
+	err = ibv_post_send(conn->id->qp, &wr, &bad);
+	if (err) {
+		err = fail("ibv_post_send(bind window)", err);
+		goto out_dereg;
+	}
+	conn->sending++;
+	*rkey = wr.bind_mw.rkey;
+	return 0;
 
-	err = devices_check();
-	if (!err) {
-		err = pool_init(&srv.pool, srv.opt.pool_size);
-		if (err)
-			fail("pool_init", -err);
-	}
-	if (!err)
-		err = signals_open(&srv);
-	if (!err)
-		err = listen_open(&srv);
-	if (!err)
-		err = serve(&srv);
-	server_close(&srv);
-	return err ? EXIT_FAILURE : EXIT_SUCCESS;
+out_dereg:
+	check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
+	conn->slice_mr = NULL;
+out_free_slice:
+	pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	conn->slice = (struct slice){ 0 };
+	return err;
+}
+
+/*
+ * The client is gone, and its QP in the error state: invalidate its key
+ * (deallocating the window does that) before its slice goes back to the
+ * pool, then drop the region the window sat on.
+ */
+static void window_unbind(struct conn *conn)
+{
+	if (conn->window)
+		check("ibv_dealloc_mw", ibv_dealloc_mw(conn->window));
+	conn->window = NULL;
+	if (conn->slice_mr)
+		check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
+	conn->slice_mr = NULL;
 }

@@ -248,22 +248,6 @@ const char *wc_status_name(enum ibv_wc_status status)
 	return "IBV_WC_(unknown)";
 }
 
-const char *wc_opcode_name(enum ibv_wc_opcode opcode)
-{
-	switch (opcode) {
-	case IBV_WC_SEND:
-		return "SEND";
-	case IBV_WC_RDMA_WRITE:
-		return "RDMA_WRITE";
-	case IBV_WC_RECV:
-		return "RECV";
-	case IBV_WC_RECV_RDMA_WITH_IMM:
-		return "RECV_RDMA_WITH_IMM";
-	default:
-		return "OTHER";
-	}
-}
-
 /* The asynchronous events' names, as wc_status_name() does for statuses. */
 const char *async_event_name(enum ibv_event_type type)
 {
@@ -294,33 +278,6 @@ const char *async_event_name(enum ibv_event_type type)
 	if ((size_t)type < sizeof(names) / sizeof(names[0]) && names[type])
 		return names[type];
 	return "IBV_EVENT_(unknown)";
-}
-
-#define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
-
-/*
- * Poll until the CQ is empty, handing each work completion to handle().
- * Returns how many were handled, or the first error: -EIO if polling
- * itself failed, else what handle() returned.
- */
-int cq_drain(struct ibv_cq *cq, wc_handler handle, void *ctx)
-{
-	struct ibv_wc wc[CQ_BATCH];
-	int n, total = 0;
-
-	do {
-		n = ibv_poll_cq(cq, CQ_BATCH, wc);
-		if (n < 0)
-			return fail("ibv_poll_cq", EIO);
-		for (int i = 0; i < n; i++) {
-			int err = handle(ctx, &wc[i]);
-
-			if (err)
-				return err;
-		}
-		total += n;
-	} while (n > 0);
-	return total;
 }
 
 /* ---- small utilities ---------------------------------------------------- */

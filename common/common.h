@@ -5,15 +5,15 @@
  *   - the chunk pool: a bitmap that carves the server's memory into slices;
  *   - the protocol decisions both servers make (what to answer a request,
  *     whether a doorbell's slot holds what it should);
- *   - completion helpers: names for work-completion codes and asynchronous
- *     events, a CQ drain loop;
+ *   - names for work-completion statuses and asynchronous events (the
+ *     loops that poll for them are the lesson, and stay in each program);
  *   - number parsing for command lines, and the one error idiom (fail,
  *     check, errorf) with the advice for the two commonest troubles: no
  *     RDMA device, and a locked-memory limit too low to register memory.
  *
- * Everything here is plain C over libibverbs types; only cq_drain() and
- * devices_check() talk to the verbs library.  Functions return 0 or a
- * negative errno value.
+ * Everything here is plain C over libibverbs types; only devices_check()
+ * talks to the verbs library.  Functions return 0 or a negative errno
+ * value.
  */
 #ifndef RDMA_POOL_COMMON_H
 #define RDMA_POOL_COMMON_H
@@ -101,11 +101,7 @@ const char *slot_verdict_name(enum slot_verdict verdict);
 /* ---- completions -------------------------------------------------------- */
 
 const char *wc_status_name(enum ibv_wc_status status);
-const char *wc_opcode_name(enum ibv_wc_opcode opcode);
 const char *async_event_name(enum ibv_event_type type);
-
-typedef int (*wc_handler)(void *ctx, const struct ibv_wc *wc);
-int cq_drain(struct ibv_cq *cq, wc_handler handle, void *ctx);
 
 /* ---- small utilities ---------------------------------------------------- */
 
