@@ -57,6 +57,39 @@ test_server_args() {
 		unshare --mount sh -c \
 		'mount -t tmpfs none /sys/class/infiniband_verbs &&
 		 mount -t tmpfs none /dev/infiniband && exec "$0" --port 7998' "$top/$s"
+	test_memlock "$s" $((port + 100))
+}
+
+# An ordinary user whose locked-memory limit (ulimit -l) is smaller than the
+# pool: registering it fails, and the server says why and how to fix it,
+# then rejects the client and exits 1. (Root is exempt from the limit, so
+# the server runs as nobody here.)
+test_memlock() {
+	local s=$1 port=$2 t=$1/args/memlock_too_low pid status=0 i
+	(
+		ulimit -l 1024
+		exec setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			"$top/$s" --port "$port"
+	) >"$work/memlock.out" 2>"$work/memlock.err" &
+	pid=$!
+	wait_for "$work/memlock.out" "^listen port=$port " 20 || true
+	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null && status=timeout
+	[ "$status" = timeout ] || wait "$pid" || status=$?
+	if [ "$status" != 1 ]; then
+		fail "$t" "server exit status $status, not 1"
+	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/memlock.err" ||
+		! grep -q 'may pin only 1024 KiB (ulimit -l).*limits.conf.*LimitMEMLOCK' "$work/memlock.err"; then
+		fail "$t" "no memlock hint: $(head -c 400 "$work/memlock.err")"
+	elif ! grep -q 'rejected the connection: server-setup-failed' "$work/memlock_client.err"; then
+		fail "$t" "the client was not told: $(head -c 200 "$work/memlock_client.err")"
+	else
+		pass "$t"
+	fi
 }
 
 # peer_steps NAME PORT STEP...: run ctrl_peer; its lines in $work/NAME.out.

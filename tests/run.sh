@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test: the unit tests of common/, a short fuzzing run of the message
-# decoder, then the end-to-end tests on a real Soft-RoCE device
+# make test: the unit tests of common/, the check that the two servers stay
+# twins, a short fuzzing run of the message decoder, then the end-to-end
+# tests on a real Soft-RoCE device
 # (scripts/soft-roce.sh brings one up, here or in a VM).
 # Ends with the line "N passed, N failed"; exits non-zero if anything failed
 # or if the Soft-RoCE tests could not run: they are never skipped.
@@ -25,6 +26,7 @@ run() {
 }
 
 run unit "$top/tests/unit_common"
+run twins "$top/tests/twins.sh"
 run fuzz "$top/tests/fuzz.sh" "${FUZZER:-$top/build/fuzz_ctrl_msg}" "${FUZZ_SECONDS:-20}"
 run e2e "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh"
 

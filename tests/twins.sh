@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The two servers are twins on purpose: rdma_pool_server.c (a polling tick)
+# and rdma_srq_pool_server_ev.c (events) differ only where their designs
+# differ, so that `diff` between them is a lesson.  This keeps it true: a
+# function that both define must be the same, word for word (its comment
+# above it may differ), unless it is in DESIGNED below with the reason; and
+# the functions they share come in the same order in both files.
+#
+#   tests/twins.sh [TICK_FILE EV_FILE]
+#
+# Prints PASS/FAIL lines; exits non-zero if any check failed.  With the
+# real files it also checks itself: a copy of the event-driven server with
+# one changed line in a shared function must fail.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tick=${1:-$top/rdma_pool_server.c}
+ev=${2:-$top/rdma_srq_pool_server_ev.c}
+
+# The designed differences: function, and why it differs.
+declare -A DESIGNED=(
+	[cq_open]="the event-driven CQ has a completion channel and is armed"
+	[verbs_open]="the event-driven server also registers its reply buffers"
+	[verbs_close]="... and gives back the channel and the reply buffers"
+	[reply_send]="inline from the stack, or from a registered buffer"
+	[on_request]="reply_send needs the server (its buffers) in one of them"
+	[send_done]="a completed reply gives its buffer back, by wr_id"
+	[on_completion]="send_done needs the wr_id in one of them"
+	[serve]="the tick loop, or poll() on the descriptors"
+)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=0
+
+pass() { echo "PASS twins/$1"; }
+fail() {
+	echo "FAIL twins/$1: $2"
+	failed=$((failed + 1))
+}
+
+# functions FILE DIR: each function definition of FILE (from the line that
+# names it to its closing brace at column 0) into DIR/NAME, and the names in
+# file order into DIR/.order.  A definition is a line at column 0 that names
+# a function and is followed, before any line ending in ';', by a '{' at
+# column 0 (so multi-line prototypes are skipped).
+functions() {
+	mkdir -p "$2"
+	awk -v dir="$2" '
+		state == 0 && /^[A-Za-z_].*\(/ && !/;[ \t]*$/ {
+			line = $0
+			sub(/\(.*/, "", line)
+			n = split(line, w, /[ *]+/)
+			name = w[n]
+			buf = $0 "\n"
+			state = 1
+			next
+		}
+		state == 1 && /;[ \t]*$/ && !/^\{/ { state = 0; next }
+		state == 1 && /^\{/ { state = 2 }
+		state >= 1 {
+			buf = buf $0 "\n"
+			if (state == 2 && /^}/) {
+				printf "%s", buf > (dir "/" name)
+				print name >> (dir "/.order")
+				state = 0
+			}
+		}' "$1"
+	[ -s "$2/.order" ]
+}
+
+# compare TICK EV OUT: the checks, with OUT as scratch.
+compare() {
+	local out=$3 shared same differ name
+	functions "$1" "$out/tick" || { fail read "no function found in $1"; exit 1; }
+	functions "$2" "$out/ev" || { fail read "no function found in $2"; exit 1; }
+
+	# The shared functions, in each file's order.
+	grep -Fxf "$out/ev/.order" "$out/tick/.order" >"$out/tick.shared" || true
+	grep -Fxf "$out/tick/.order" "$out/ev/.order" >"$out/ev.shared" || true
+	shared=$(wc -l <"$out/tick.shared")
+
+	same=0 differ=''
+	while read -r name; do
+		if cmp -s "$out/tick/$name" "$out/ev/$name"; then
+			if [ -n "${DESIGNED[$name]+set}" ]; then
+				fail "designed_$name" "declared a designed difference" \
+					"(${DESIGNED[$name]}), but it is the same in both: drop it from tests/twins.sh"
+			else
+				same=$((same + 1))
+			fi
+		elif [ -z "${DESIGNED[$name]+set}" ]; then
+			differ+=" $name"
+			echo "    $name differs:"
+			{ diff "$out/tick/$name" "$out/ev/$name" || true; } |
+				sed 's/^/      /' | head -n 20
+		fi
+	done <"$out/tick.shared"
+
+	if [ -n "$differ" ]; then
+		fail shared_functions_identical "differ but are not designed to:$differ (change both, or declare why in tests/twins.sh)"
+	else
+		pass "shared_functions_identical ($same identical, ${#DESIGNED[@]} designed differences)"
+	fi
+
+	for name in "${!DESIGNED[@]}"; do
+		if [ ! -e "$out/tick/$name" ] || [ ! -e "$out/ev/$name" ]; then
+			fail "designed_$name" "declared a designed difference, but not defined in both files"
+		fi
+	done
+
+	if cmp -s "$out/tick.shared" "$out/ev.shared"; then
+		pass "same_order ($shared shared functions)"
+	else
+		fail same_order "the shared functions come in another order: $(diff "$out/tick.shared" "$out/ev.shared" | grep '^[<>]' | tr '\n' ' ')"
+	fi
+}
+
+compare "$tick" "$ev" "$work/real"
+
+# The check checks itself: on_doorbell, shared and not designed to differ,
+# changed by one word in a copy, must be caught.
+if [ "$#" = 0 ]; then
+	sed 's/seq, value, slot_verdict_name(verdict)/seq, value + 0, slot_verdict_name(verdict)/' \
+		"$ev" >"$work/ev_changed.c"
+	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
+	if cmp -s "$ev" "$work/ev_changed.c"; then
+		fail catches_a_difference "the self-test's sed found nothing to change in on_doorbell"
+	elif grep -q '^FAIL twins/shared_functions_identical: .* on_doorbell' "$work/self.out"; then
+		pass catches_a_difference
+	else
+		fail catches_a_difference "a changed on_doorbell went unnoticed"
+	fi
+fi
+[ "$failed" = 0 ]
