@@ -6,6 +6,7 @@
 #   make bench            the client against perftest, and the servers' CPU
 #                         time: bench-results/results.md and a plot
 #   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
+#   make doctor           check this machine for what the programs need
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -72,4 +73,8 @@ bench: deps
 deps:
 	scripts/deps.sh
 
-.PHONY: all clean test demo bench deps fuzz FORCE
+# Needs no build: it checks the machine, not the programs.
+doctor:
+	scripts/doctor.sh
+
+.PHONY: all clean test demo bench deps fuzz doctor FORCE
