@@ -23,7 +23,7 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) $(SANITIZERS) \
 LIBS = $(shell pkg-config --libs libibverbs librdmacm)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
-TOOLS = tests/unit_common tests/ctrl_peer
+TOOLS = tests/unit_common tests/ctrl_peer tests/cm_probe
 FUZZER = build/fuzz_ctrl_msg
 FUZZ_SECONDS = 20
 # Rebuild everything when the flags change (SANITIZE=1 and back).
@@ -35,8 +35,8 @@ $(FLAGS): FORCE
 	@mkdir -p build
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
-# The programs, and the test tools: the unit tests, and a client that
-# misbehaves on purpose.
+# The programs, and the test tools: the unit tests, a client that
+# misbehaves on purpose, and a probe of what rdma_cm puts on each QP.
 $(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
