@@ -1,8 +1,8 @@
 /*
  * cm_probe.c - which side's retry counts end up on which QP?
  *
- *   usage: cm_probe ADDR PORT CONNECT_RETRY CONNECT_RNR ACCEPT_RETRY
- *                   ACCEPT_RNR [ACK_TIMEOUT]
+ *   usage: cm_probe [--send] ADDR PORT CONNECT_RETRY CONNECT_RNR
+ *                   ACCEPT_RETRY ACCEPT_RNR [ACK_TIMEOUT]
  *
  * rdma_connect() and rdma_accept() both take a retry_count and an
  * rnr_retry_count, and the connection manager carries them in its REQ
@@ -18,8 +18,19 @@
  *
  * Counts are 0 to 7 (7 in rnr_retry means "forever").  ACK_TIMEOUT, if
  * given, is set on the active cm_id (RDMA_OPTION_ID_ACK_TIMEOUT, as the
- * client does), to see which QP it reaches.  Exits 0 once both lines are
- * printed, 1 on any failure or after 10 s without the expected event.
+ * client does), to see which QP it reaches.
+ *
+ * With --send, it then shows what that means: the active side SENDs to the
+ * passive side, which has no receive posted, and one more line says how
+ * that went (see send_probe()):
+ *
+ *   send status=IBV_WC_... with no receive posted
+ * or
+ *   send still retrying after 3000 ms with no receive posted
+ *   send status=IBV_WC_... once a receive was posted
+ *
+ * Exits 0 once all its lines are printed, 1 on any failure or after 10 s
+ * without the expected event.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -28,6 +39,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -36,6 +49,8 @@
 #define TIMEOUT_MS 10000   /* for any one CM event */
 #define MAX_COUNT 7	   /* retry counts are 3-bit fields */
 #define MAX_ACK_TIMEOUT 31 /* a 5-bit exponent */
+#define SEND_WAIT_MS 3000  /* --send: how long a SEND may go unanswered */
+#define BUF_SIZE 64
 
 /* One end of the connection: its cm_id and the verbs objects of its QP. */
 struct side {
@@ -43,6 +58,8 @@ struct side {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
+	struct ibv_mr *mr; /* over buf: the SEND's source, or its receive */
+	uint8_t buf[BUF_SIZE];
 	bool established;
 	bool disconnected;
 };
@@ -55,6 +72,7 @@ struct probe {
 	struct rdma_conn_param connect;
 	struct rdma_conn_param accept;
 	int ack_timeout; /* -1: leave the default */
+	bool send;	 /* --send */
 };
 
 static int args_parse(struct probe *pr, int argc, char **argv)
@@ -70,9 +88,9 @@ static int args_parse(struct probe *pr, int argc, char **argv)
 	uint64_t v;
 
 	if (argc != 7 && argc != 8) {
-		errorf("usage: cm_probe ADDR PORT CONNECT_RETRY CONNECT_RNR "
-		       "ACCEPT_RETRY ACCEPT_RNR [ACK_TIMEOUT] (want 6 or 7 "
-		       "arguments, got %d)",
+		errorf("usage: cm_probe [--send] ADDR PORT CONNECT_RETRY "
+		       "CONNECT_RNR ACCEPT_RETRY ACCEPT_RNR [ACK_TIMEOUT] (want "
+		       "6 or 7 arguments, got %d)",
 		       argc - 1);
 		return -EINVAL;
 	}
@@ -131,7 +149,7 @@ static int cm_expect(struct probe *pr, enum rdma_cm_event_type expected)
 	return 0;
 }
 
-/* A PD, a CQ and an RC QP for one side; the probe never posts anything. */
+/* A PD, a buffer, a CQ and an RC QP for one side. */
 static int qp_open(struct side *s)
 {
 	struct ibv_qp_init_attr attr = {
@@ -145,6 +163,10 @@ static int qp_open(struct side *s)
 	s->pd = ibv_alloc_pd(s->id->verbs);
 	if (!s->pd)
 		return fail("ibv_alloc_pd", errno);
+	s->mr = ibv_reg_mr(s->pd, s->buf, sizeof(s->buf),
+			   IBV_ACCESS_LOCAL_WRITE);
+	if (!s->mr)
+		return fail("ibv_reg_mr", errno);
 	s->cq = ibv_create_cq(s->id->verbs, 4, NULL, NULL, 0);
 	if (!s->cq)
 		return fail("ibv_create_cq", errno);
@@ -254,6 +276,84 @@ static int side_print(const struct side *s)
 	return 0;
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* 1 and the first completion of s's CQ within ms, 0 if none came. */
+static int cq_wait(struct side *s, int ms, struct ibv_wc *wc)
+{
+	double deadline = now_ms() + ms;
+	int n;
+
+	do {
+		n = ibv_poll_cq(s->cq, 1, wc);
+		if (n)
+			return n < 0 ? fail("ibv_poll_cq", EIO) : 1;
+	} while (now_ms() < deadline);
+	return 0;
+}
+
+/*
+ * --send: what the active QP's rnr_retry means in practice.  The passive
+ * side has no receive posted, so its NIC answers the SEND "receiver not
+ * ready", and the active side's NIC tries again as often as its own QP's
+ * rnr_retry allows (waiting the passive QP's min_rnr_timer in between):
+ * with 0 the send fails at once with IBV_WC_RNR_RETRY_EXC_ERR, with 7 it
+ * keeps trying until a receive is posted.
+ */
+static int send_probe(struct probe *pr)
+{
+	struct side *a = &pr->active, *p = &pr->passive;
+	struct ibv_sge sge = { (uintptr_t)a->buf, 4, a->mr->lkey };
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_sge rsge = { (uintptr_t)p->buf, sizeof(p->buf),
+				p->mr->lkey };
+	struct ibv_recv_wr rwr = { .sg_list = &rsge, .num_sge = 1 };
+	struct ibv_send_wr *bad;
+	struct ibv_recv_wr *rbad;
+	struct ibv_wc wc;
+	int ret;
+
+	memset(a->buf, 0x5a, sizeof(a->buf));
+	ret = ibv_post_send(a->id->qp, &wr, &bad);
+	if (ret)
+		return fail("ibv_post_send", ret);
+	ret = cq_wait(a, SEND_WAIT_MS, &wc);
+	if (ret < 0)
+		return ret;
+	if (ret) {
+		printf("send status=%s with no receive posted\n",
+		       wc_status_name(wc.status));
+		return 0;
+	}
+	printf("send still retrying after %d ms with no receive posted\n",
+	       SEND_WAIT_MS);
+	ret = ibv_post_recv(p->id->qp, &rwr, &rbad);
+	if (ret)
+		return fail("ibv_post_recv", ret);
+	ret = cq_wait(a, TIMEOUT_MS, &wc);
+	if (ret < 0)
+		return ret;
+	if (!ret) {
+		errorf("no send completion %d ms after the receive was posted",
+		       TIMEOUT_MS);
+		return -ETIMEDOUT;
+	}
+	printf("send status=%s once a receive was posted\n",
+	       wc_status_name(wc.status));
+	return 0;
+}
+
 /*
  * Disconnect as the programs do: the active side sends a DREQ; the passive
  * side, told DISCONNECTED, answers with its own rdma_disconnect() (a DREP),
@@ -293,6 +393,8 @@ static void side_close(struct side *s)
 		rdma_destroy_qp(s->id);
 	if (s->cq)
 		check("ibv_destroy_cq", ibv_destroy_cq(s->cq));
+	if (s->mr)
+		check("ibv_dereg_mr", ibv_dereg_mr(s->mr));
 	if (s->pd)
 		check("ibv_dealloc_pd", ibv_dealloc_pd(s->pd));
 	if (s->id)
@@ -309,6 +411,11 @@ int main(int argc, char **argv)
 	int err;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && !strcmp(argv[1], "--send")) {
+		pr.send = true;
+		argc--;
+		argv++;
+	}
 	err = args_parse(&pr, argc, argv);
 	if (err)
 		return EXIT_FAILURE;
@@ -329,6 +436,8 @@ int main(int argc, char **argv)
 		err = side_print(&pr.active);
 	if (!err)
 		err = side_print(&pr.passive);
+	if (!err && pr.send)
+		err = send_probe(&pr);
 	if (!err)
 		err = disconnect(&pr);
 

@@ -14,6 +14,9 @@
 #   - the ACK timeout set on the active cm_id (RDMA_OPTION_ID_ACK_TIMEOUT)
 #     reaches only the active QP.
 #   - min_rnr_timer is 0 on both (the servers shorten theirs afterwards).
+#   - and so, when the passive side has no receive posted, the active side's
+#     SEND fails at once if rdma_accept() said rnr_retry_count 0, whatever
+#     rdma_connect() said, and waits for a receive if rdma_accept() said 7.
 
 CM_PROBE_PORT=7990
 
@@ -37,9 +40,34 @@ test_cm_probe_case() {
 	fi
 }
 
+# test_cm_send_case NAME CONNECT_RNR ACCEPT_RNR LINES: cm_probe --send
+# with these rnr_retry_counts (transport retries 6 and 0, as the programs
+# pass) prints exactly LINES after the two QP lines.
+test_cm_send_case() {
+	local t=cm_probe/$1 out=$work/cm_send.out status=0 got
+	timeout 60 "$top/tests/cm_probe" --send "$RDMA_ADDR" "$CM_PROBE_PORT" \
+		6 "$2" 0 "$3" >"$out" 2>"$work/cm_send.err" || status=$?
+	got=$(grep '^send ' "$out" || true)
+	if [ "$status" != 0 ]; then
+		fail "$t" "cm_probe exited $status: $(head -c 300 "$work/cm_send.err")"
+	elif [ "$got" != "$4" ]; then
+		fail "$t" "got [$(echo "$got" | tr '\n' '|')], want [$(echo "$4" | tr '\n' '|')]"
+	else
+		pass "$t"
+	fi
+}
+
 # Two sets of four different counts, the second the mirror of the first,
-# so that no value can land in the right place by chance.
+# so that no value can land in the right place by chance.  Then the
+# consequence, as the client meets it: the client asks for "forever", the
+# server for 0, and the client's SEND into an empty receive queue fails;
+# the other way round, it waits until a receive is there.
 test_cm_retry() {
 	test_cm_probe_case 5 4 3 2 12
 	test_cm_probe_case 2 3 4 5 12
+	test_cm_send_case client_7_server_0_send_fails 7 0 \
+		"send status=IBV_WC_RNR_RETRY_EXC_ERR with no receive posted"
+	test_cm_send_case client_0_server_7_send_waits 0 7 \
+		"send still retrying after 3000 ms with no receive posted
+send status=IBV_WC_SUCCESS once a receive was posted"
 }
