@@ -122,7 +122,7 @@ find_devices() {
 }
 
 check_device() {
-	local what='RDMA device' dev list=''
+	local what='RDMA device' dev parent list=''
 	if [ "${#devices[@]}" -eq 0 ]; then
 		if [ "$rxe_available" = true ]; then
 			failed "$what" "none in $SYSFS" \
@@ -135,8 +135,8 @@ check_device() {
 	fi
 	for dev in "${devices[@]}"; do
 		list+="${list:+, }$dev"
-		if [ -r "$SYSFS/$dev/parent" ]; then
-			list+=" (Soft-RoCE on $(cat "$SYSFS/$dev/parent"))"
+		if read -r parent <"$SYSFS/$dev/parent" 2>/dev/null; then
+			list+=" (Soft-RoCE on $parent)"
 		fi
 	done
 	ok "$what" "$list"
@@ -266,7 +266,7 @@ check_address() {
 		[[ $a == 127.* ]] && continue
 		if index=$(gid_index "$a"); then
 			addr=$a
-			type=$(cat "$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" 2>/dev/null) ||
+			read -r type <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" 2>/dev/null ||
 				type='type unknown'
 			ok "$what" "$addr on $link_netdev (GID index $index, $type): connect clients to $addr"
 			note "127.0.0.1 will not do: $LO_WHY"
@@ -300,7 +300,7 @@ check_node() {
 # rdma_cm's node belongs to the rdma_ucm module; a device's verbs node to
 # ib_uverbs, found through /sys/class/infiniband_verbs/uverbsN/ibdev.
 check_nodes() {
-	local what='uverbs device node' v node=''
+	local what='uverbs device node' v ibdev node=''
 	if [ "$rxe_available" = false ] && [ ! -d /sys/module/rdma_ucm ]; then
 		skip 'rdma_cm device node' "no RDMA in this kernel"
 	else
@@ -312,9 +312,8 @@ check_nodes() {
 		return
 	fi
 	for v in /sys/class/infiniband_verbs/uverbs*; do
-		if [ "$(cat "$v/ibdev" 2>/dev/null)" = "$link_dev" ]; then
-			node=$NODES/${v##*/}
-		fi
+		read -r ibdev <"$v/ibdev" 2>/dev/null || continue
+		[ "$ibdev" = "$link_dev" ] && node=$NODES/${v##*/}
 	done
 	if [ -z "$node" ]; then
 		failed "$what" "none for $link_dev in /sys/class/infiniband_verbs" \
@@ -328,12 +327,14 @@ check_nodes() {
 # RLIMIT_MEMLOCK (ulimit -l), unless the process has CAP_IPC_LOCK: root is
 # exempt, any other user is not.
 check_memlock() {
-	local what=memlock limit hard cap fix limits
+	local what=memlock limit hard cap=0 key value fix limits
 	limit=$(ulimit -S -l)
 	hard=$(ulimit -H -l)
-	cap=$(awk '$1 == "CapEff:" { print $2 }' "/proc/$$/status")
+	while read -r key value; do
+		[ "$key" = CapEff: ] && cap=$value
+	done <"/proc/$$/status"
 	if ((0x${cap:-0} >> CAP_IPC_LOCK & 1)); then
-		ok "$what" "exempt: $user has CAP_IPC_LOCK (root has it), so ulimit -l ($limit KiB) does not limit ibv_reg_mr; other users need $NEED_KIB KiB"
+		ok "$what" "exempt: $user has CAP_IPC_LOCK (root always does), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
 		return
 	fi
 	if [ "$limit" = unlimited ]; then
