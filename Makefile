@@ -6,6 +6,7 @@
 #   make bench            the client against perftest, and the servers' CPU
 #                         time: bench-results/results.md and a plot
 #   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
+#   make doctor           check this machine for what the programs need
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -22,7 +23,7 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) $(SANITIZERS) \
 LIBS = $(shell pkg-config --libs libibverbs librdmacm)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
-TOOLS = tests/unit_common tests/ctrl_peer
+TOOLS = tests/unit_common tests/ctrl_peer tests/cm_probe
 FUZZER = build/fuzz_ctrl_msg
 FUZZ_SECONDS = 20
 # Rebuild everything when the flags change (SANITIZE=1 and back).
@@ -34,8 +35,8 @@ $(FLAGS): FORCE
 	@mkdir -p build
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
-# The programs, and the test tools: the unit tests, and a client that
-# misbehaves on purpose.
+# The programs, and the test tools: the unit tests, a client that
+# misbehaves on purpose, and a probe of what rdma_cm puts on each QP.
 $(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
@@ -72,4 +73,8 @@ bench: deps
 deps:
 	scripts/deps.sh
 
-.PHONY: all clean test demo bench deps fuzz FORCE
+# Needs no build: it checks the machine, not the programs.
+doctor:
+	scripts/doctor.sh
+
+.PHONY: all clean test demo bench deps fuzz doctor FORCE

@@ -15,6 +15,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # modprobe and ip live in /sbin, which a user's PATH may lack.
 PATH=$PATH:/usr/sbin:/sbin
+# shellcheck source=scripts/rping.sh
+. "$here/rping.sh"
 
 say() {
 	echo "soft-roce: $*" >&2
@@ -35,24 +37,6 @@ existing_rxe_addr() {
 		fi
 	done
 	return 1
-}
-
-# True if one rping (client and server on ADDR) gets through.
-rping_works() {
-	local addr=$1 server ok=1
-	timeout 10 rping -s -a "$addr" -C 1 >/dev/null 2>&1 &
-	server=$!
-	# The client does not wait for the server to listen: retry a little.
-	for _ in 1 2 3 4 5; do
-		if timeout 10 rping -c -a "$addr" -C 1 >/dev/null 2>&1; then
-			ok=0
-			break
-		fi
-		sleep 0.5
-	done
-	kill "$server" 2>/dev/null || true
-	wait "$server" || true
-	return "$ok"
 }
 
 # Gets this kernel a working rxe device: sets RDMA_ADDR and host_how, or

@@ -3,7 +3,9 @@
 #
 # Run it through scripts/soft-roce.sh, which brings the device up (on this
 # machine or in a VM) and sets RDMA_ADDR to the address clients connect to.
-# Every test runs against each of the two servers. Prints "PASS name" or
+# First the machine itself (make doctor, and where rdma_cm puts each side's
+# retry counts), once; then every test runs against each of the two
+# servers. Prints "PASS name" or
 # "FAIL name: why" per test, then "e2e: N passed, N failed".
 set -euo pipefail
 
@@ -16,7 +18,14 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 . "$top/tests/basic.sh"
 # shellcheck source=tests/robust.sh
 . "$top/tests/robust.sh"
+# shellcheck source=tests/doctor.sh
+. "$top/tests/doctor.sh"
+# shellcheck source=tests/cm_retry.sh
+. "$top/tests/cm_retry.sh"
 trap cleanup EXIT
+
+test_doctor
+test_cm_retry
 
 port=7471
 for server in rdma_pool_server rdma_srq_pool_server_ev; do

@@ -1,0 +1,393 @@
+#!/usr/bin/env bash
+# make doctor: can this machine run the programs?  Checks, in the order a
+# learner meets them, what most often stands in the way: the Soft-RoCE
+# module, an RDMA device and its link, libibverbs seeing it, an address
+# rdma_cm can use, the device nodes, the memlock limit, and last a real
+# connection (rping).  Needs no build and changes nothing.
+#
+# One line per check, to grep:
+#   ok   WHAT: what was found
+#   FAIL WHAT: what is wrong
+#        fix: one line that fixes it
+#   skip WHAT: why it could not be checked (an earlier check failed)
+# then "doctor: N checks: N ok, N failed, N skipped".  Exits 0 when nothing
+# failed, 1 otherwise.
+set -euo pipefail
+
+# modprobe and ip live in /sbin, which a user's PATH may lack.
+PATH=$PATH:/usr/sbin:/sbin
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/rping.sh
+. "$here/rping.sh"
+
+SYSFS=/sys/class/infiniband
+NODES=/dev/infiniband
+# What ibv_reg_mr pins, in KiB: the server's pool (DEFAULT_POOL_SIZE in
+# common/common.h, 4 MiB), plus its receive and reply buffers (8 KiB and
+# 16 KiB at the defaults, rounded out to whole pages) with room to spare.
+# Measured (VmPin in /proc/PID/status, defaults): 4128 KiB for the
+# event-driven server, 4108 KiB for the polling one, 4 KiB for the client.
+# Registration counts every region on its own, so --isolation mw, which
+# registers each granted slice again, pins up to the pool twice.
+POOL_KIB=4096
+BUFFERS_KIB=64
+NEED_KIB=$((POOL_KIB + BUFFERS_KIB))
+NEED_MW_KIB=$((2 * POOL_KIB + BUFFERS_KIB))
+CAP_IPC_LOCK=14 # bit number in /proc/PID/status CapEff (linux/capability.h)
+VM_HINT="make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
+
+n_ok=0
+n_failed=0
+n_skipped=0
+
+# What the checks found, for the checks after them.
+suggested_netdev='' # a netdev to suggest for "rdma link add"
+user=''             # who runs this: device nodes and memlock are per user
+rxe_available=false # rdma_rxe loaded, built in, loadable, or not needed
+devices=()          # names under /sys/class/infiniband
+link_dev=''         # the first device with an ACTIVE port, its port,
+link_port=''        # and the netdev under it (empty for InfiniBand)
+link_netdev=''
+addr=''             # the IPv4 address clients should connect to
+
+ok() {
+	printf 'ok   %s: %s\n' "$1" "$2"
+	n_ok=$((n_ok + 1))
+}
+failed() {
+	printf 'FAIL %s: %s\n     fix: %s\n' "$1" "$2" "$3"
+	n_failed=$((n_failed + 1))
+}
+skip() {
+	printf 'skip %s: %s\n' "$1" "$2"
+	n_skipped=$((n_skipped + 1))
+}
+note() {
+	printf 'note %s\n' "$1"
+}
+
+# A netdev to suggest for "rdma link add": the default route's, else the
+# first with an IPv4 address outside 127/8.  Prints nothing if none.
+suggest_netdev() {
+	local dev
+	dev=$(ip -4 route show default 2>/dev/null |
+		awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
+	if [ -z "$dev" ]; then
+		dev=$(ip -4 -o addr show 2>/dev/null |
+			awk '$4 !~ /^127\./ { print $2; exit }')
+	fi
+	echo "$dev"
+}
+
+# The module check.  "rdma link add ... type rxe" loads rdma_rxe by itself,
+# so a module on disk is as good as a loaded one.
+check_module() {
+	local what='kernel module rdma_rxe' how dev
+	for dev in "${devices[@]}"; do
+		# An rxe device names its netdev in "parent"; hardware has none.
+		if [ ! -e "$SYSFS/$dev/parent" ]; then
+			rxe_available=true
+			ok "$what" "not needed: $dev is not Soft-RoCE"
+			return
+		fi
+	done
+	if [ -d /sys/module/rdma_rxe ]; then
+		rxe_available=true
+		ok "$what" "loaded"
+		return
+	fi
+	how=$(modprobe --show-depends rdma_rxe 2>/dev/null | tail -n 1) || how=''
+	case $how in
+	builtin*)
+		rxe_available=true
+		ok "$what" "built into the kernel"
+		;;
+	insmod*)
+		rxe_available=true
+		ok "$what" "not loaded yet, but on disk ('rdma link add' loads it)"
+		;;
+	*)
+		failed "$what" "this kernel ($(uname -r)) has none: not loaded, and modprobe cannot find it" \
+			"$VM_HINT"
+		;;
+	esac
+}
+
+find_devices() {
+	local dev
+	for dev in "$SYSFS"/*; do
+		[ -e "$dev" ] && devices+=("${dev##*/}")
+	done
+	return 0
+}
+
+check_device() {
+	local what='RDMA device' dev parent list=''
+	if [ "${#devices[@]}" -eq 0 ]; then
+		if [ "$rxe_available" = true ]; then
+			failed "$what" "none in $SYSFS" \
+				"as root: rdma link add rxe0 type rxe netdev ${suggested_netdev:-NETDEV} (a netdev with an IPv4 address, not lo)"
+		else
+			failed "$what" "none in $SYSFS" \
+				"none can exist without rdma_rxe (above) or an RDMA NIC"
+		fi
+		return
+	fi
+	for dev in "${devices[@]}"; do
+		list+="${list:+, }$dev"
+		if read -r parent <"$SYSFS/$dev/parent" 2>/dev/null; then
+			list+=" (Soft-RoCE on $parent)"
+		fi
+	done
+	ok "$what" "$list"
+}
+
+# rdma link show: "link rxe0/1 state ACTIVE physical_state LINK_UP netdev
+# rxe_t0".  An rxe port is ACTIVE when its netdev is up with a carrier.
+# The port used from here on: the first ACTIVE one, preferring one that is
+# not on lo (see check_address).
+check_link() {
+	local what='link state' links dev words i port state netdev first='' down=''
+	if [ "${#devices[@]}" -eq 0 ]; then
+		skip "$what" "no RDMA device"
+		return
+	fi
+	if ! command -v rdma >/dev/null; then
+		failed "$what" "no 'rdma' command to ask" "apt-get install iproute2"
+		return
+	fi
+	links=$(rdma link show 2>&1) || true
+	for dev in "${devices[@]}"; do
+		while read -ra words; do
+			[[ ${words[1]:-} == "$dev/"* ]] || continue
+			port=${words[1]#*/} state='' netdev=''
+			for ((i = 2; i + 1 < ${#words[@]}; i++)); do
+				case ${words[$i]} in
+				state) state=${words[$((i + 1))]} ;;
+				netdev) netdev=${words[$((i + 1))]} ;;
+				esac
+			done
+			if [ "$state" = ACTIVE ] &&
+				{ [ -z "$link_dev" ] || [ "$link_netdev" = lo ]; }; then
+				link_dev=$dev link_port=$port link_netdev=$netdev
+			elif [ -z "$first" ] && [ "$state" != ACTIVE ]; then
+				first="$dev/$port state $state${netdev:+ (netdev $netdev)}"
+				down=$netdev
+			fi
+		done <<<"$links"
+	done
+	if [ -n "$link_dev" ]; then
+		ok "$what" "$link_dev/$link_port ACTIVE${link_netdev:+ on netdev $link_netdev}"
+	elif [ -z "$first" ]; then
+		failed "$what" "'rdma link show' lists no port of ${devices[*]}: ${links:-nothing}" \
+			"as root: rdma link delete ${devices[0]}, then add it again"
+	else
+		failed "$what" "no port is ACTIVE: $first" \
+			"bring its netdev up with a carrier: ip link set ${down:-NETDEV} up"
+	fi
+}
+
+# libibverbs finds devices through /sys/class/infiniband_verbs (made by
+# ib_uverbs) and a user-space driver (rxe's is in ibverbs-providers).
+check_devinfo() {
+	local what='ibv_devinfo' out
+	if [ -z "$link_dev" ]; then
+		skip "$what" "no ACTIVE RDMA device"
+		return
+	fi
+	if ! command -v ibv_devinfo >/dev/null; then
+		failed "$what" "not installed" "apt-get install ibverbs-utils"
+		return
+	fi
+	if ! out=$(ibv_devinfo -d "$link_dev" -i "$link_port" 2>&1) ||
+		! grep -q "hca_id:.*$link_dev" <<<"$out"; then
+		if ! compgen -G '/sys/class/infiniband_verbs/uverbs*' >/dev/null; then
+			failed "$what" "libibverbs sees no $link_dev: no /sys/class/infiniband_verbs/uverbs*" \
+				"as root: modprobe ib_uverbs"
+		else
+			failed "$what" "libibverbs sees no $link_dev: $(head -n 1 <<<"$out")" \
+				"apt-get install ibverbs-providers (rxe's user-space driver)"
+		fi
+		return
+	fi
+	if grep -q 'state:[[:space:]]*PORT_ACTIVE' <<<"$out"; then
+		ok "$what" "$link_dev port $link_port PORT_ACTIVE"
+	else
+		failed "$what" "$link_dev port $link_port is not PORT_ACTIVE: $(grep 'state:' <<<"$out" | tr -s '\t ' ' ')" \
+			"bring its netdev up with a carrier: ip link set ${link_netdev:-NETDEV} up"
+	fi
+}
+
+# RoCE finds its peer by IP address: each address of the netdev appears in
+# the port's GID table as an IPv4-mapped GID (::ffff:a.b.c.d).  Prints the
+# GID's index, or fails.  (The table has a thousand entries, most of them
+# empty: stop at the first match.)
+gid_index() {
+	local a b c d want gid file
+	IFS=. read -r a b c d <<<"$1"
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$d")
+	for file in "$SYSFS/$link_dev/ports/$link_port/gids/"*; do
+		read -r gid <"$file" 2>/dev/null || continue
+		if [ "$gid" = "$want" ]; then
+			echo "${file##*/}"
+			return 0
+		fi
+	done
+	return 1
+}
+
+LO_WHY="rdma_cm cannot route to 127.0.0.1 / lo on Debian 12's 6.1 kernel (rdma_resolve_route: No such device)"
+
+# Only a loopback address (rxe on lo, or 127.x on its netdev): newer kernels
+# route rdma_cm to it, Debian 12's 6.1 does not.  rping tells which this is.
+check_loopback() {
+	local what=$1 a=$2
+	if command -v rping >/dev/null && rping_works "$a"; then
+		addr=$a
+		ok "$what" "$a on $link_netdev: rdma_cm reaches it on this kernel (not on Debian 12's 6.1)"
+	else
+		failed "$what" "only $a on $link_netdev: $LO_WHY" \
+			"put rxe on a netdev with a real address: as root: rdma link delete $link_dev; rdma link add rxe0 type rxe netdev ${suggested_netdev:-eth0}"
+	fi
+}
+
+check_address() {
+	local what='IPv4 address' addrs a index type
+	if [ -z "$link_dev" ]; then
+		skip "$what" "no ACTIVE RDMA device"
+		return
+	fi
+	if [ -z "$link_netdev" ]; then
+		skip "$what" "$link_dev has no netdev (InfiniBand, not RoCE): use its IPoIB address"
+		return
+	fi
+	addrs=$(ip -4 -o addr show dev "$link_netdev" | awk '{ sub("/.*", "", $4); print $4 }')
+	for a in $addrs; do
+		[[ $a == 127.* ]] && continue
+		if index=$(gid_index "$a"); then
+			addr=$a
+			read -r type <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" 2>/dev/null ||
+				type='type unknown'
+			ok "$what" "$addr on $link_netdev (GID index $index, $type): connect clients to $addr"
+			note "127.0.0.1 will not do: $LO_WHY"
+			return
+		fi
+	done
+	if [ -z "$addrs" ]; then
+		failed "$what" "none on $link_netdev, the netdev under $link_dev" \
+			"as root: ip addr add ADDRESS/PREFIX dev $link_netdev"
+	elif ! grep -qv '^127\.' <<<"$addrs"; then
+		check_loopback "$what" "$(head -n 1 <<<"$addrs")"
+	else
+		failed "$what" "no GID of $link_dev/$link_port holds $(grep -v '^127\.' <<<"$addrs" | head -n 1) (rxe fills the table from the netdev's addresses)" \
+			"as root: rdma link delete $link_dev; rdma link add $link_dev type rxe netdev $link_netdev"
+	fi
+}
+
+# check_node WHAT PATH FIX: a device node this user can read and write.
+check_node() {
+	local what=$1 path=$2 fix=$3
+	if [ ! -e "$path" ]; then
+		failed "$what" "no $path" "$fix"
+	elif [ ! -r "$path" ] || [ ! -w "$path" ]; then
+		failed "$what" "$path is not read-write for $user: $(stat -c '%A %U:%G' "$path")" \
+			"rdma-core's udev rules make it so (apt-get install rdma-core), or as root: chmod 0666 $path"
+	else
+		ok "$what" "$path is read-write for $user"
+	fi
+}
+
+# rdma_cm's node belongs to the rdma_ucm module; a device's verbs node to
+# ib_uverbs, found through /sys/class/infiniband_verbs/uverbsN/ibdev.
+check_nodes() {
+	local what='uverbs device node' v ibdev node=''
+	if [ "$rxe_available" = false ] && [ ! -d /sys/module/rdma_ucm ]; then
+		skip 'rdma_cm device node' "no RDMA in this kernel"
+	else
+		check_node 'rdma_cm device node' "$NODES/rdma_cm" \
+			"as root: modprobe rdma_ucm"
+	fi
+	if [ -z "$link_dev" ]; then
+		skip "$what" "no ACTIVE RDMA device"
+		return
+	fi
+	for v in /sys/class/infiniband_verbs/uverbs*; do
+		read -r ibdev <"$v/ibdev" 2>/dev/null || continue
+		[ "$ibdev" = "$link_dev" ] && node=$NODES/${v##*/}
+	done
+	if [ -z "$node" ]; then
+		failed "$what" "none for $link_dev in /sys/class/infiniband_verbs" \
+			"as root: modprobe ib_uverbs"
+		return
+	fi
+	check_node "$what" "$node" "as root: modprobe ib_uverbs"
+}
+
+# ibv_reg_mr pins memory, and the kernel counts every pinned page against
+# RLIMIT_MEMLOCK (ulimit -l), unless the process has CAP_IPC_LOCK: root is
+# exempt, any other user is not.
+check_memlock() {
+	local what=memlock limit hard cap=0 key value fix limits
+	limit=$(ulimit -S -l)
+	hard=$(ulimit -H -l)
+	while read -r key value; do
+		[ "$key" = CapEff: ] && cap=$value
+	done <"/proc/$$/status"
+	if ((0x${cap:-0} >> CAP_IPC_LOCK & 1)); then
+		ok "$what" "exempt: $user has CAP_IPC_LOCK (root always does), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
+		return
+	fi
+	if [ "$limit" = unlimited ]; then
+		ok "$what" "ulimit -l unlimited"
+	elif ((limit >= NEED_MW_KIB)); then
+		ok "$what" "ulimit -l $limit KiB >= $NEED_MW_KIB KiB, the server's most (4 MiB pool twice under --isolation mw, and buffers)"
+	elif ((limit >= NEED_KIB)); then
+		ok "$what" "ulimit -l $limit KiB >= $NEED_KIB KiB, what the server pins (its 4 MiB pool and buffers); --isolation mw can pin up to $NEED_MW_KIB KiB"
+	else
+		limits="a memlock line in /etc/security/limits.conf ('$user - memlock unlimited', then log in again) or LimitMEMLOCK=infinity in a systemd unit"
+		if [ "$hard" = unlimited ] || ((hard >= NEED_KIB)); then
+			fix="ulimit -l $NEED_KIB (your hard limit allows it); to keep it: $limits"
+		else
+			fix="only root can raise the hard limit ($hard KiB): $limits, or ulimit -l unlimited in a root shell"
+		fi
+		failed "$what" "ulimit -l is $limit KiB but the server pins $NEED_KIB KiB (its 4 MiB pool and buffers): ibv_reg_mr would fail with ENOMEM" \
+			"$fix"
+	fi
+}
+
+# The whole path at once: rdma_cm resolves the address, connects two QPs
+# and a few messages go through.
+check_rping() {
+	local what=rping
+	if [ -z "$addr" ]; then
+		skip "$what" "no usable address"
+	elif ! command -v rping >/dev/null; then
+		skip "$what" "not installed (apt-get install rdmacm-utils)"
+	elif rping_works "$addr"; then
+		ok "$what" "a connection to $addr went through"
+	else
+		failed "$what" "no connection to $addr: $(head -n 1 <<<"$rping_error")" \
+			"see why: rping -s -v -a $addr -C 1 & rping -c -v -a $addr -C 1"
+	fi
+}
+
+main() {
+	user=$(id -un)
+	suggested_netdev=$(suggest_netdev)
+	find_devices
+	check_module
+	check_device
+	check_link
+	check_devinfo
+	check_address
+	check_nodes
+	check_memlock
+	check_rping
+	if [ "$rxe_available" = false ]; then
+		note "no Soft-RoCE here; to see these checks pass in the VM: scripts/soft-roce.sh scripts/doctor.sh"
+	fi
+	echo "doctor: $((n_ok + n_failed + n_skipped)) checks: $n_ok ok, $n_failed failed, $n_skipped skipped"
+	[ "$n_failed" = 0 ]
+}
+
+main "$@"

@@ -1,0 +1,190 @@
+# shellcheck shell=bash
+# make doctor (scripts/doctor.sh) on the real device: it passes where the
+# programs work, and where something is missing it says which check failed
+# and how to fix it.  Sourced by e2e.sh after lib.sh; run once, not per
+# server.
+
+doctor=$top/scripts/doctor.sh
+# The checks, in the order doctor.sh runs them.
+DOCTOR_CHECKS=('kernel module rdma_rxe' 'RDMA device' 'link state'
+	'ibv_devinfo' 'IPv4 address' 'rdma_cm device node'
+	'uverbs device node' 'memlock' 'rping')
+MEMLOCK_PORT=7991
+doctor_need_kib='' # what the doctor says the server pins, once it has said
+# A user without CAP_IPC_LOCK, so that ulimit -l binds ibv_reg_mr: setpriv
+# drops root, and with it every capability.
+NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+
+# as_user KIB: the words that run a command as nobody with ulimit -l KIB,
+# into the array nobody_cmd.  prlimit and setpriv each exec the next, so the
+# command keeps the pid they were started with.
+as_user() {
+	nobody_cmd=(prlimit --memlock=$(($1 * 1024)) "${NOBODY[@]}")
+}
+
+# doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output
+# in $work/NAME.out; returns its exit status.
+doctor_run() {
+	local name=$1
+	shift
+	"$@" timeout 120 "$doctor" >"$work/$name.out" 2>"$work/$name.err"
+}
+
+# exit_status SECONDS: the server's exit status once it has exited by
+# itself, or 124 if it is still running after SECONDS (it is then killed).
+exit_status() {
+	local i status=0
+	for ((i = 0; i < $1 * 10; i++)); do
+		if ! kill -0 "$server_pid" 2>/dev/null; then
+			wait "$server_pid" || status=$?
+			server_pid=
+			return "$status"
+		fi
+		sleep 0.1
+	done
+	kill -KILL "$server_pid" 2>/dev/null || true
+	wait "$server_pid" || true
+	server_pid=
+	return 124
+}
+
+# Every check ok, in order, and the address it found is the one the tests
+# connect to.
+test_doctor_passes() {
+	local t=doctor/passes status=0 want got
+	doctor_run doctor || status=$?
+	want=$(printf '%s\n' "${DOCTOR_CHECKS[@]}")
+	got=$(sed -n 's/^ok   \([^:]*\):.*/\1/p' "$work/doctor.out")
+	if [ "$status" != 0 ]; then
+		fail "$t" "exited $status: $(grep -A1 '^FAIL' "$work/doctor.out" | tr '\n' '|')"
+	elif [ "$want" != "$got" ]; then
+		fail "$t" "ok lines for [$(echo "$got" | tr '\n' '|')], want [$(echo "$want" | tr '\n' '|')]"
+	elif ! grep -q "^ok   IPv4 address: $RDMA_ADDR on " "$work/doctor.out"; then
+		fail "$t" "the address found is not RDMA_ADDR=$RDMA_ADDR"
+	elif [ "$(tail -n 1 "$work/doctor.out")" != "doctor: ${#DOCTOR_CHECKS[@]} checks: ${#DOCTOR_CHECKS[@]} ok, 0 failed, 0 skipped" ]; then
+		fail "$t" "last line: $(tail -n 1 "$work/doctor.out")"
+	else
+		pass "$t"
+	fi
+}
+
+# No device: the sysfs lists of devices and the device nodes hidden by empty
+# directories mounted over them, in a private mount namespace (the real
+# device is untouched).  The module is still loaded, so the fix is to add a
+# link; what needs a device is skipped.
+test_doctor_no_device() {
+	local t=doctor/no_device status=0 out=$work/nodev.out
+	# shellcheck disable=SC2016 # expanded by sh
+	doctor_run nodev unshare --mount sh -c \
+		'for d in /sys/class/infiniband /sys/class/infiniband_verbs /dev/infiniband; do
+			mount -t tmpfs none "$d" || exit 1
+		 done
+		 exec "$@"' sh || status=$?
+	if [ "$status" != 1 ]; then
+		fail "$t" "exited $status, not 1: $(head -c 300 "$work/nodev.err")"
+	elif ! grep -qx 'FAIL RDMA device: none in /sys/class/infiniband' "$out"; then
+		fail "$t" "no line 'FAIL RDMA device: none in /sys/class/infiniband'"
+	elif ! grep -A1 -x 'FAIL RDMA device: .*' "$out" | tail -n 1 |
+		grep -q '^     fix: as root: rdma link add rxe0 type rxe netdev [a-z0-9_]'; then
+		fail "$t" "no 'fix: as root: rdma link add rxe0 type rxe netdev ...' after it"
+	elif ! grep -qx 'skip link state: no RDMA device' "$out"; then
+		fail "$t" "the link check was not skipped"
+	elif ! grep -qx "doctor: ${#DOCTOR_CHECKS[@]} checks: 2 ok, 2 failed, 5 skipped" "$out"; then
+		fail "$t" "last line: $(tail -n 1 "$out")"
+	else
+		pass "$t"
+	fi
+}
+
+# memlock_server KIB PORT: the event-driven server (it pins the most: the
+# pool, receive and reply buffers) as nobody with ulimit -l KIB, and one
+# client against it.  Returns the client's exit status, or 200 if the
+# server never listened.  The server makes its verbs objects, and registers
+# its memory, only when the first client comes.
+memlock_server() {
+	local kib=$1 port=$2
+	rm -f "$work"/*.out "$work"/*.err
+	as_user "$kib"
+	"${nobody_cmd[@]}" "$top/rdma_srq_pool_server_ev" --port "$port" \
+		>"$work/server.out" 2>"$work/server.err" &
+	server_pid=$!
+	wait_for "$work/server.out" "^listen port=$port " 20 || return 200
+	run_client memlock "$port" "$RDMA_ADDR" 4096 -n 100 -k 10
+}
+
+# Too little: just under the pool's 4 MiB.  The doctor says so, with what
+# the server needs (kept in doctor_need_kib for the next test) and the fix,
+# and the server really fails to register its pool.
+test_doctor_memlock_too_low() {
+	local t=doctor/memlock_too_low kib=$((4096 - 4)) status=0 cstatus=0 sstatus=0 line
+	local want="^FAIL memlock: ulimit -l is $kib KiB but the server pins ([0-9]+) KiB \\(its 4 MiB pool and buffers\\): ibv_reg_mr would fail with ENOMEM\$"
+	as_user "$kib"
+	doctor_run lowdoc "${nobody_cmd[@]}" || status=$?
+	line=$(grep '^FAIL memlock: ' "$work/lowdoc.out" || true)
+	if [ "$status" != 1 ]; then
+		fail "$t" "doctor exited $status, not 1"
+	elif [[ ! $line =~ $want ]]; then
+		fail "$t" "memlock line '$line' does not match '$want'"
+	elif ! grep -A1 -xF "$line" "$work/lowdoc.out" | tail -n 1 |
+		grep -q '^     fix: .*/etc/security/limits.conf.*LimitMEMLOCK='; then
+		fail "$t" "the fix does not name limits.conf and LimitMEMLOCK="
+	elif [ "$(grep -c '^FAIL ' "$work/lowdoc.out")" != 1 ]; then
+		fail "$t" "more than the memlock check failed: $(grep -A1 '^FAIL ' "$work/lowdoc.out" | tr '\n' '|')"
+	else
+		doctor_need_kib=${BASH_REMATCH[1]}
+		memlock_server "$kib" "$MEMLOCK_PORT" || cstatus=$?
+		exit_status 20 || sstatus=$?
+		if [ "$cstatus" = 0 ]; then
+			fail "$t" "a client was served with ulimit -l $kib"
+		elif [ "$cstatus" = 200 ]; then
+			fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
+		elif [ "$sstatus" = 0 ] || [ "$sstatus" = 124 ]; then
+			fail "$t" "the server exited $sstatus (124: not within 20 s), not with an error"
+		elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/server.err"; then
+			fail "$t" "server: no 'ibv_reg_mr(pool): Cannot allocate memory': $(head -c 300 "$work/server.err")"
+		else
+			pass "$t"
+		fi
+	fi
+}
+
+# Enough: exactly what the doctor said the server needs.  It says ok, and
+# the server really serves a client.
+test_doctor_memlock_enough() {
+	local t=doctor/memlock_enough kib=${doctor_need_kib:-} status=0 cstatus=0 why
+	if [ -z "$kib" ]; then
+		fail "$t" "the doctor named no figure in doctor/memlock_too_low"
+		return
+	fi
+	as_user "$kib"
+	doctor_run enoughdoc "${nobody_cmd[@]}" || status=$?
+	if [ "$status" != 0 ]; then
+		fail "$t" "doctor exited $status: $(grep -A1 '^FAIL' "$work/enoughdoc.out" | tr '\n' '|')"
+		return
+	fi
+	if ! grep -q "^ok   memlock: ulimit -l $kib KiB >= $kib KiB" "$work/enoughdoc.out"; then
+		fail "$t" "no 'ok   memlock: ulimit -l $kib KiB >= $kib KiB' line"
+		return
+	fi
+	memlock_server "$kib" "$MEMLOCK_PORT" || cstatus=$?
+	if [ "$cstatus" = 200 ]; then
+		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
+	elif [ "$cstatus" != 0 ]; then
+		fail "$t" "with ulimit -l $kib, client exited $cstatus: $(head -c 300 "$work/memlock.err")"
+	elif ! why=$(check_session memlock 100 10 4096); then
+		fail "$t" "$why"
+	elif ! stop_server; then
+		fail "$t" "the server did not exit 0 after SIGINT"
+	else
+		pass "$t"
+	fi
+	# A server that failed on its own is gone already: reap it.
+	[ -z "$server_pid" ] || exit_status 0 || true
+}
+
+test_doctor() {
+	test_doctor_passes
+	test_doctor_no_device
+	test_doctor_memlock_too_low
+	test_doctor_memlock_enough
+}
