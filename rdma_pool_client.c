@@ -290,12 +290,14 @@ static int verbs_open(struct client *cl)
 #define RNR_RETRY_FOREVER 7
 
 /*
- * Connect.  Two counts go into the connect request, and the server's NIC
- * applies them to *its* QP (its own, from rdma_accept(), come back to ours):
- * retry_count is how often it resends a packet we did not acknowledge;
- * rnr_retry_count how often it retries when we had no receive posted.  We
- * post our only receive before we send anything, so only the first count
- * matters to us; see the README, "Receiver not ready".
+ * Connect.  The two retry counts travel in the connect request, and the
+ * connection manager does not apply them where their names suggest:
+ * retry_count (resends of a packet nobody acknowledged) is set on both
+ * QPs, ours and the server's; rnr_retry_count crosses over, to the
+ * server's QP: it is how often the server's NIC retries a reply that finds
+ * no receive of ours posted (never: we post it before we send).  How
+ * patient our NIC is with the server's SRQ, the server says in its accept.
+ * Measured with tests/cm_probe; see docs/retry-counts.md.
  */
 static int cm_connect(struct client *cl)
 {

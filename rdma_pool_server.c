@@ -334,9 +334,12 @@ static void rnr_timer_shorten(struct ibv_qp *qp)
  * queue of its own; its send side carries only replies.  The pool MR
  * allows RDMA READ, as the protocol says, so a client may have a read
  * outstanding against us (responder_resources); we never read from
- * clients, so initiator_depth stays 0.  The rnr_retry_count of the accept
- * is the one the client's NIC applies when our SRQ is empty: retry
- * forever, since a moment without receives is no reason to fail a client.
+ * clients, so initiator_depth stays 0.  The accept's rnr_retry_count is
+ * applied to the client's QP, not ours (the connection manager crosses the
+ * two sides' values over): it is how often the client's NIC retries when
+ * our SRQ is empty.  Forever: a moment without receives is no reason to
+ * fail a client.  (The accept's retry_count is not used at all: the
+ * client's applies to both QPs.  See docs/retry-counts.md.)
  */
 static int conn_create(struct server *srv, struct rdma_cm_id *id)
 {
