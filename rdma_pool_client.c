@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -118,7 +117,6 @@ static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int stream_open(struct client *cl);
 static void stream_close(struct client *cl);
 static int batch_send(struct client *cl, struct doorbell *doorbell);
-static double now_seconds(void);
 static void rtt_record(struct client *cl, const struct doorbell *doorbell);
 static void rtt_report(struct client *cl);
 
@@ -891,14 +889,6 @@ static int batch_send(struct client *cl, struct doorbell *doorbell)
 }
 
 /* ---- round trips -------------------------------------------------------- */
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void rtt_record(struct client *cl, const struct doorbell *doorbell)
 {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 /* ---- the control message ------------------------------------------------ */
 
@@ -281,6 +282,15 @@ const char *async_event_name(enum ibv_event_type type)
 }
 
 /* ---- small utilities ---------------------------------------------------- */
+
+/* A monotonic clock in seconds, for timeouts and round trips. */
+double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 /*
  * A whole decimal number, nothing before or after it, at most max.

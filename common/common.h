@@ -105,6 +105,7 @@ const char *async_event_name(enum ibv_event_type type);
 
 /* ---- small utilities ---------------------------------------------------- */
 
+double now_seconds(void);
 int parse_u64(const char *text, uint64_t max, uint64_t *value);
 int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
 		 uint64_t *value);
