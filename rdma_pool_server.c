@@ -51,10 +51,11 @@
 /*
  * Replies one connection may have in flight.  The protocol is request /
  * reply, so a well-behaved client has at most one; a peer that piles up
- * more than this without waiting is disconnected.
+ * more than this without waiting is disconnected.  Its send queue has one
+ * entry more, for the window bind of --isolation mw (one per connection).
  */
 #define SEND_DEPTH 8
-
+#define SQ_DEPTH (SEND_DEPTH + 1)
 /* wr_id says which queue a completion came from: see on_completion(). */
 #define WRID_RECV (UINT64_C(1) << 32)
 #define WRID_SEND (UINT64_C(2) << 32)
@@ -76,6 +77,10 @@ struct conn {
 	uint32_t qp_num;
 	struct slice slice;   /* this client's part of the pool */
 	unsigned int sending; /* replies posted, not yet completed */
+	/* Closing: see conn_close() and conns_reap(). */
+	bool closing;
+	bool last_wqe; /* IBV_EVENT_QP_LAST_WQE_REACHED has come */
+	double closed_at;
 	/* --isolation mw: the only key to the slice, and the region under it */
 	struct ibv_mw *window;
 	struct ibv_mr *slice_mr;
@@ -100,7 +105,9 @@ struct server {
 
 	struct pool pool;
 	struct conn *conns;
-	unsigned int nconns;
+	unsigned int nconns; /* in conns, open or closing */
+	unsigned int nclosing;
+	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
 };
 
@@ -213,7 +220,10 @@ static int recv_post(struct server *srv, uint32_t index)
 	struct ibv_recv_wr *bad;
 	int ret = ibv_post_srq_recv(srv->srq, &wr, &bad);
 
-	return ret ? fail("ibv_post_srq_recv", ret) : 0;
+	if (ret)
+		return fail("ibv_post_srq_recv", ret);
+	srv->recvs_posted++;
+	return 0;
 }
 
 /*
@@ -257,12 +267,14 @@ static int srq_open(struct server *srv)
  * The CQ must have room for every completion that can be outstanding at
  * once, or the NIC overruns it and the CQ goes into error.  Receives: at
  * most one per SRQ entry, since a buffer is reposted only after its
- * completion is handled.  Sends: at most SEND_DEPTH per connection, and
- * --max-conns connections.  (At most 1024 * 8 + 65536: no int overflow.)
+ * completion is handled.  Sends: at most SQ_DEPTH per connection (when a
+ * QP fails, even the unsignaled bind completes, with an error), and
+ * --max-conns connections, closing ones included: a connection counts
+ * until its QP is destroyed.  (At most 1024 * 9 + 65536: no overflow.)
  */
 static int cq_depth(const struct options *opt)
 {
-	return (int)(opt->srq_depth + opt->max_conns * SEND_DEPTH);
+	return (int)(opt->srq_depth + opt->max_conns * SQ_DEPTH);
 }
 
 /*
@@ -348,7 +360,7 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 		.recv_cq = srv->cq,
 		.srq = srv->srq,
 		.qp_type = IBV_QPT_RC,
-		.cap.max_send_wr = SEND_DEPTH,
+		.cap.max_send_wr = SQ_DEPTH,
 		.cap.max_send_sge = 1,
 		.cap.max_inline_data = CTRL_MSG_SIZE,
 	};
@@ -422,11 +434,9 @@ static void reply_send(struct conn *conn, const struct ctrl_msg *reply)
 	};
 	struct ibv_send_wr *bad;
 	int ret;
-
-	if (conn->sending == SEND_DEPTH) {
-		errorf("qp=0x%" PRIx32 " sent more "
-		       "than %d requests without waiting for replies: "
-		       "disconnecting it",
+	if (conn->sending >= SEND_DEPTH) {
+		errorf("qp=0x%" PRIx32 " sent more than %d requests without "
+		       "waiting for replies: disconnecting it",
 		       conn->qp_num, SEND_DEPTH);
 		rdma_disconnect(conn->id);
 		return;
@@ -515,45 +525,56 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 /*
  * A work request failed.  Only wr_id, status and qp_num are defined then
  * (not opcode), which is why wr_id itself says which queue it came from.
- * The QP is in the error state now: end the connection.  A flushed reply
- * (IBV_WC_WR_FLUSH_ERR) only says that the connection is already ending.
+ * The QP is in the error state now: end the connection.  A flush
+ * (IBV_WC_WR_FLUSH_ERR) is only the echo of that: the QP was already in
+ * the error state, for a reason reported before, or because it is closing.
  */
 static void on_failure(struct conn *conn, const struct ibv_wc *wc)
 {
-	bool receive = WRID_KIND(wc->wr_id) == WRID_RECV;
+	const char *what = "reply";
 
-	if (wc->status == IBV_WC_WR_FLUSH_ERR && !receive)
-		return;
-	errorf("%s qp=0x%" PRIx32 " failed: %s", receive ? "receive" : "reply",
-	       wc->qp_num, wc_status_name(wc->status));
-	if (conn)
+	if (WRID_KIND(wc->wr_id) == WRID_RECV)
+		what = "receive";
+	else if (WRID_KIND(wc->wr_id) == WRID_BIND)
+		what = "window bind";
+	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
+		       wc_status_name(wc->status));
+	if (!conn->closing)
 		rdma_disconnect(conn->id); /* DISCONNECTED follows */
 }
 
 /*
- * A send-queue entry is free again: a reply (or a window bind) completed,
- * well or not.
+ * A reply completed, well or not: its send-queue entry is free again.  The
+ * window bind is unsignaled and counted in SQ_DEPTH instead: it completes
+ * only if it fails.
  */
-static void send_done(struct conn *conn)
+static void send_done(struct conn *conn, uint64_t wr_id)
 {
-	if (conn && conn->sending)
+	if (conn && WRID_KIND(wr_id) == WRID_SEND)
 		conn->sending--;
 }
 
 /*
- * One work completion from the shared CQ, by what it completed.  conn is
- * NULL, or a newer connection that reuses the qp_num, if the work request
- * outlived its connection.  Whatever a receive brought, its buffer goes
- * straight back to the SRQ, so that the stock of receives stays full.
+ * One work completion from the shared CQ, by what it completed.  Its
+ * connection is always there: a QP is destroyed only once every completion
+ * it can make has been handled (see conn_close()), so no qp_num is reused
+ * while one is on its way.  A closing connection's messages go unanswered.
+ * Whatever a receive brought, its buffer goes straight back to the SRQ, so
+ * that the stock of receives stays full.
  */
 static int on_completion(struct server *srv, const struct ibv_wc *wc)
 {
 	struct conn *conn = conn_find(srv, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
-	if (wc->status != IBV_WC_SUCCESS) {
+	if (!conn) {
+		errorf("a completion for qp=0x%" PRIx32 ", which is no "
+		       "connection of ours",
+		       wc->qp_num);
+	} else if (wc->status != IBV_WC_SUCCESS) {
 		on_failure(conn, wc);
-	} else if (conn) {
+	} else if (!conn->closing) {
 		switch (wc->opcode) {
 		case IBV_WC_RECV:
 			/* A SEND arrived: a control message, in our buffer. */
@@ -568,13 +589,15 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 			on_doorbell(srv, conn, be32toh(wc->imm_data));
 			break;
 		default:
-			break; /* IBV_WC_SEND or IBV_WC_BIND_MW: see below */
+			break; /* IBV_WC_SEND: a reply has gone, see below */
 		}
 	}
 
-	if (WRID_KIND(wc->wr_id) == WRID_RECV)
+	if (WRID_KIND(wc->wr_id) == WRID_RECV) {
+		srv->recvs_posted--;
 		return recv_post(srv, index);
-	send_done(conn);
+	}
+	send_done(conn, wc->wr_id);
 	return 0;
 }
 
@@ -647,34 +670,101 @@ static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 	return 0;
 }
 
+/* How long a closing QP may wait for its last events: see conn_close(). */
+#define CLOSE_TIMEOUT_MS 2000
+
 /*
- * A connection is over.  rdma_disconnect() moves the QP to the error state,
- * so the NIC accepts nothing more from this client and flushes its unsent
- * replies (it fails harmlessly if the peer disconnected first).  Draining the
- * CQ then settles every completion this QP left behind, and under
- * --isolation mw the client's window is invalidated, before the slice goes
- * back to the pool for the next client and the QP is destroyed.
+ * A connection is over: close it by the book.  Its QP shares the SRQ and
+ * the CQ with the others, so it cannot simply be destroyed:
+ *   1. first handle what the CQ already holds for it (the last doorbells);
+ *   2. move the QP to the error state: the NIC takes nothing more from
+ *      this client, and every send still queued completes with
+ *      IBV_WC_WR_FLUSH_ERR; rdma_disconnect() tells the client;
+ *   3. the slice goes back to the pool now: through a QP in the error
+ *      state no more data lands (and the window of --isolation mw dies
+ *      first, which kills its key);
+ *   4. wait for IBV_EVENT_QP_LAST_WQE_REACHED, the device's word that the
+ *      QP will take no more receives from the SRQ, and for every send's
+ *      completion (sending back to 0); then conns_reap() destroys it.
+ * Destroying it sooner loses what is still on its way: a receive whose
+ * completion dies with its QP is never reposted (the SRQ is one smaller
+ * for good), a reply buffer never comes back, and a late completion may
+ * carry a QP number that a new connection already has.  Soft-RoCE never
+ * raises the event: there the wait ends after CLOSE_TIMEOUT_MS.
  */
 static void conn_close(struct server *srv, struct conn *conn)
 {
-	struct conn **link = &srv->conns;
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 
-	rdma_disconnect(conn->id);
+	if (conn->closing)
+		return;
 	cq_drain(srv);
+	check("ibv_modify_qp(IBV_QPS_ERR)",
+	      ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE));
+	/* Tells the client; fails harmlessly if it went first. */
+	rdma_disconnect(conn->id);
+	conn->closing = true;
+	conn->closed_at = now_seconds();
+	srv->nclosing++;
 
 	window_unbind(conn);
 	if (conn->slice.len)
 		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
 	printf("disconnect qp=0x%" PRIx32 " freed=%zu\n", conn->qp_num,
 	       conn->slice.len);
+	conn->slice = (struct slice){ 0 };
+}
 
-	while (*link != conn)
-		link = &(*link)->next;
-	*link = conn->next;
-	srv->nconns--;
-	rdma_destroy_qp(conn->id);
-	rdma_destroy_id(conn->id);
-	free(conn);
+/*
+ * Destroy every closing connection whose QP is done: the device has said
+ * IBV_EVENT_QP_LAST_WQE_REACHED and every send has completed, or
+ * CLOSE_TIMEOUT_MS has passed without that.  Called right after a drain of
+ * the CQ, so that whatever the QP had completed has been handled.  The
+ * line says how long it took and whether the event came.
+ */
+static void conns_reap(struct server *srv)
+{
+	struct conn **link = &srv->conns, *conn;
+	double now = now_seconds();
+
+	while ((conn = *link)) {
+		double ms = (now - conn->closed_at) * 1000;
+
+		if (!conn->closing || ((!conn->last_wqe || conn->sending) &&
+				       ms < CLOSE_TIMEOUT_MS)) {
+			link = &conn->next;
+			continue;
+		}
+		printf("destroy qp=0x%" PRIx32 " after_ms=%.0f last_wqe=%s "
+		       "sends_pending=%u\n",
+		       conn->qp_num, ms, conn->last_wqe ? "yes" : "no",
+		       conn->sending);
+		*link = conn->next;
+		srv->nconns--;
+		srv->nclosing--;
+		rdma_destroy_qp(conn->id);
+		rdma_destroy_id(conn->id);
+		free(conn);
+	}
+}
+
+/*
+ * At the end: close every connection, then keep taking events and
+ * completions until each QP could be destroyed (CLOSE_TIMEOUT_MS at most).
+ */
+static void conns_close_all(struct server *srv)
+{
+	const struct timespec pause = { .tv_nsec = 1000000 };
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		conn_close(srv, conn);
+	while (srv->conns) {
+		while (async_handle(srv) > 0)
+			;
+		cq_drain(srv);
+		conns_reap(srv);
+		nanosleep(&pause, NULL);
+	}
 }
 
 /*
@@ -753,6 +843,7 @@ static int serve(struct server *srv)
 			if (ret < 0)
 				return ret;
 			busy += ret;
+			conns_reap(srv);
 		}
 		signo = signal_take(srv);
 		if (!busy && !signo)
@@ -796,8 +887,7 @@ static void verbs_close(struct server *srv)
 /* Teardown in reverse order of setup; safe on a half-built server. */
 static void server_close(struct server *srv)
 {
-	while (srv->conns)
-		conn_close(srv, srv->conns);
+	conns_close_all(srv);
 	verbs_close(srv);
 	if (srv->listener)
 		rdma_destroy_id(srv->listener);
@@ -958,11 +1048,18 @@ static int signals_open(struct server *srv)
 	return 0;
 }
 
-/* What is in use right now: after every client has gone, 0 and 0. */
+/*
+ * What is in use right now.  Once every client has gone, and its QP with
+ * it: 0 connections, 0 closing, 0 chunks and every receive posted; a
+ * receive missing was lost.
+ */
 static void stats_print(const struct server *srv, const char *what)
 {
-	printf("%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64 "\n",
-	       what, srv->nconns, srv->pool.used, srv->doorbells);
+	printf("%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
+	       " closing=%u recvs_posted=%" PRIu32 "/%" PRIu32 "\n",
+	       what, srv->nconns - srv->nclosing, srv->pool.used,
+	       srv->doorbells, srv->nclosing, srv->recvs_posted,
+	       srv->srq ? srv->opt.srq_depth : 0);
 }
 
 /*
@@ -1014,8 +1111,11 @@ static int async_handle(struct server *srv)
 
 	switch (event.event_type) {
 	case IBV_EVENT_QP_LAST_WQE_REACHED:
-		/* Every QP on an SRQ says this as it enters the error state,
-		 * that is, at every disconnect: nothing to report. */
+		/* A QP on the SRQ is in the error state and will take no more
+		 * receives from it: see conn_close(). */
+		conn = conn_find(srv, event.element.qp->qp_num);
+		if (conn)
+			conn->last_wqe = true;
 		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
@@ -1102,7 +1202,9 @@ static int window_alloc(struct server *srv, struct conn *conn)
  * *rkey instead of the pool's.  ibv_inc_rkey() gives the key a fresh low
  * byte, so no earlier key of this window can match.  The bind goes on the
  * send queue before the reply, and a send queue keeps its order: the
- * window is bound before the client can know its key.
+ * window is bound before the client can know its key.  The bind is
+ * unsignaled: the reply's completion retires it, and its send-queue entry
+ * is the one SQ_DEPTH keeps for it.
  *
  * The window sits on a region registered for this slice alone, not on the
  * pool MR.  By the verbs, every access through a window is checked against
@@ -1119,7 +1221,6 @@ static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 	struct ibv_send_wr wr = {
 		.wr_id = WRID_BIND,
 		.opcode = IBV_WR_BIND_MW,
-		.send_flags = IBV_SEND_SIGNALED,
 		.bind_mw.mw = conn->window,
 		.bind_mw.bind_info.addr = (uintptr_t)slice,
 		.bind_mw.bind_info.length = conn->slice.len,
@@ -1145,7 +1246,6 @@ static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 		err = fail("ibv_post_send(bind window)", err);
 		goto out_dereg;
 	}
-	conn->sending++;
 	*rkey = wr.bind_mw.rkey;
 	return 0;
 
