@@ -3,7 +3,11 @@
  * tests: it sends control messages of any length and content, and writes or
  * reads wherever it is told, inside its slice or not.
  *
- *   usage: ctrl_peer <server_ip> <port> STEP...
+ *   usage: ctrl_peer [--rnr-retry N] <server_ip> <port> STEP...
+ *
+ *   --rnr-retry N     the rnr_retry_count of our connect request (default
+ *                     6); the server's NIC applies it to its own QP, when
+ *                     we have no receive posted for its reply (7: forever)
  *
  *   req:SIZE          a well-formed REQ_ALLOC for SIZE bytes
  *   send:LEN:MAGIC:VERSION:TYPE:SIZE
@@ -13,9 +17,14 @@
  *                     (OFF in bytes, may be negative)
  *   read:OFF          RDMA READ the 32 bits at granted addr + OFF
  *   sleep:MS          hold the connection that long
+ *   blind:N           N REQ_ALLOCs of 4096 bytes, one after the other, with
+ *                     no receive posted for the replies: they stay stuck in
+ *                     the server's send queue
+ *   kill              die by SIGKILL, as a crashed client does
  *
  * Each step prints one line: "reply status=... size=... rkey=...",
- * "write off=... status=IBV_WC_...", "read off=... value=... status=...".
+ * "write off=... status=IBV_WC_...", "read off=... value=... status=...",
+ * "blind sent=N".
  * Exits 0 once every step has run, whatever the server answered, and 1 if
  * it could not connect or a step got no answer at all.
  */
@@ -24,6 +33,7 @@
 #include <inttypes.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +55,7 @@ struct peer {
 	uint8_t buf[3][BUF_SIZE]; /* send, receive, RDMA source/target */
 	uint64_t addr;		  /* of the granted slice, once granted */
 	uint32_t rkey;
+	uint8_t rnr_retry;
 };
 
 static int cm_expect(struct peer *p, enum rdma_cm_event_type expected)
@@ -82,7 +93,7 @@ static int peer_connect(struct peer *p, const char *server, const char *port)
 	struct rdma_conn_param param = {
 		.initiator_depth = 1, /* we issue RDMA READs */
 		.retry_count = 6,
-		.rnr_retry_count = 6,
+		.rnr_retry_count = p->rnr_retry,
 	};
 	int err;
 
@@ -231,6 +242,46 @@ static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
 	return 0;
 }
 
+/*
+ * Requests whose replies can find no receive: the server's NIC is told
+ * "receiver not ready" and retries (as often as --rnr-retry asked), so the
+ * replies sit in its send queue.  Each request's own completion only says
+ * that the server's NIC took it.
+ */
+static int step_blind(struct peer *p, uint32_t n)
+{
+	struct ctrl_msg msg = {
+		.magic = CTRL_MAGIC,
+		.version = CTRL_VERSION,
+		.type = CTRL_REQ_ALLOC,
+		.size = 4096,
+	};
+	struct ibv_sge sge = { (uintptr_t)p->buf[0], CTRL_MSG_SIZE,
+			       p->mr->lkey };
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_wc wc;
+	uint32_t sent = 0;
+	int err = 0;
+
+	msg_encode(&msg, p->buf[0]);
+	while (!err && sent < n) {
+		err = send_one(p, &wr, &wc);
+		if (!err && wc.status != IBV_WC_SUCCESS) {
+			errorf("request %" PRIu32 " failed: %s", sent + 1,
+			       wc_status_name(wc.status));
+			err = -EIO;
+		}
+		sent += !err;
+	}
+	printf("blind sent=%" PRIu32 "\n", sent);
+	return err;
+}
+
 static int step_run(struct peer *p, const char *step)
 {
 	struct ctrl_msg msg = {
@@ -258,6 +309,10 @@ static int step_run(struct peer *p, const char *step)
 		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a);
 	if (sscanf(step, "read:%lli", &off) == 1)
 		return step_rdma(p, IBV_WR_RDMA_READ, off, 0);
+	if (sscanf(step, "blind:%lli", &a) == 1 && a <= 64)
+		return step_blind(p, (uint32_t)a);
+	if (strcmp(step, "kill") == 0)
+		return raise(SIGKILL);
 	if (sscanf(step, "sleep:%lli", &a) == 1) {
 		struct timespec ts = { (time_t)a / 1000,
 				       (long)(a % 1000) * 1000000 };
@@ -275,8 +330,15 @@ int main(int argc, char **argv)
 	int err = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	p.rnr_retry = 6;
+	if (argc > 2 && strcmp(argv[1], "--rnr-retry") == 0) {
+		p.rnr_retry = (uint8_t)atoi(argv[2]);
+		argv += 2;
+		argc -= 2;
+	}
 	if (argc < 3) {
-		errorf("usage: ctrl_peer <server_ip> <port> STEP...");
+		errorf("usage: ctrl_peer [--rnr-retry N] <server_ip> <port> "
+		       "STEP...");
 		return EXIT_FAILURE;
 	}
 	err = peer_connect(&p, argv[1], argv[2]);
