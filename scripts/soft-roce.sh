@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # soft-roce.sh CMD [ARGS...]: run CMD where a Soft-RoCE device works, with
 # RDMA_ADDR set to the IPv4 address clients should connect to (servers
-# listen on 0.0.0.0). Exits with CMD's status.
+# listen on 0.0.0.0) and RDMA_DEV to the device's name. Exits with CMD's
+# status.
 #
 # Soft-RoCE (the rdma_rxe kernel module, "rxe") makes an RDMA device out of
 # an ordinary network interface: the same verbs and rdma_cm calls as with a
 # RoCE NIC, carried out by the kernel in software. Where CMD runs:
-#   RDMA_ADDR already set   on the device you set up yourself
+#   RDMA_ADDR already set   on the device you set up yourself (RDMA_DEV
+#                           names it; tests look it up if not)
 #   SOFT_ROCE_MODE=host     on this machine's kernel (root, rdma_rxe needed)
 #   SOFT_ROCE_MODE=vm       in a VM with Debian's kernel (see vm-run.sh)
 #   neither (auto)          host if this kernel can, else vm
@@ -22,8 +24,9 @@ say() {
 	echo "soft-roce: $*" >&2
 }
 
-# Prints the IPv4 address of the netdev under an existing rxe device.
-existing_rxe_addr() {
+# Prints the name of an existing rxe device and the IPv4 address of the
+# netdev under it.
+existing_rxe() {
 	local parent netdev addr
 	# An rxe device has a "parent" file: the netdev it runs on.
 	for parent in /sys/class/infiniband/*/parent; do
@@ -32,7 +35,8 @@ existing_rxe_addr() {
 		addr=$(ip -4 -o addr show dev "$netdev" |
 			awk '{ sub("/.*", "", $4); print $4; exit }')
 		if [ -n "$addr" ]; then
-			echo "$addr"
+			parent=${parent%/parent}
+			echo "${parent##*/} $addr"
 			return 0
 		fi
 	done
@@ -44,17 +48,19 @@ existing_rxe_addr() {
 # can accept an rxe link that rdma_cm then cannot use (Debian's 6.1 adds
 # rxe on lo, but rdma_resolve_route to 127.0.0.1 fails: No such device).
 try_host() {
-	local addr err
+	local addr dev_addr err
 	if ! command -v rping >/dev/null; then
 		why_not="no rping to check the device with (rdmacm-utils)"
 		return 1
 	fi
-	if addr=$(existing_rxe_addr); then
+	if dev_addr=$(existing_rxe); then
+		addr=${dev_addr#* }
 		if ! rping_works "$addr"; then
 			why_not="an rxe device exists, but rping to $addr fails"
 			return 1
 		fi
 		RDMA_ADDR=$addr
+		RDMA_DEV=${dev_addr%% *}
 		host_how="an existing rxe device"
 		return 0
 	fi
@@ -73,6 +79,7 @@ try_host() {
 	fi
 	trap 'rdma link delete rxe_lo' EXIT
 	RDMA_ADDR=127.0.0.1
+	RDMA_DEV=rxe_lo
 	host_how="rxe_lo, made on lo for this run"
 }
 
@@ -116,8 +123,8 @@ main() {
 		;;
 	esac
 
-	say "mode: host ($host_how, RDMA_ADDR=$RDMA_ADDR)"
-	export RDMA_ADDR
+	say "mode: host ($host_how, RDMA_ADDR=$RDMA_ADDR, RDMA_DEV=$RDMA_DEV)"
+	export RDMA_ADDR RDMA_DEV
 	# Not exec: the EXIT trap may have an rxe link to remove afterwards.
 	"$@" || status=$?
 	exit "$status"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # vm-run.sh CMD [ARGS...]: run CMD in a throw-away VM whose kernel has
-# Soft-RoCE (rdma_rxe), with RDMA_ADDR set to the address of its rxe device.
+# Soft-RoCE (rdma_rxe), with RDMA_ADDR set to the address of its rxe device
+# and RDMA_DEV to the device's name.
 #
 # The VM boots Debian's kernel from /boot under qemu and sees this machine's
 # root file system read-only over 9p, so every program installed here is
@@ -98,7 +99,7 @@ on_host ip addr add "$ADDR/32" dev rxe_t0
 on_host rdma link add rxe0 type rxe netdev rxe_t0
 
 # ttyS0 is the host's stdout; ttyS1, the console, is its stderr.
-chroot "$H" /usr/bin/env -i HOME=/root RDMA_ADDR="$ADDR" \
+chroot "$H" /usr/bin/env -i HOME=/root RDMA_ADDR="$ADDR" RDMA_DEV=rxe0 \
 	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	/bin/bash "$vm_job/job.sh" </dev/null >/dev/ttyS0 2>/dev/ttyS1
 # qemu cannot hand the guest's exit status to the host: a file can.

@@ -10,6 +10,17 @@
 set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
+# The device's name: the harness says; else the rxe device on RDMA_ADDR's
+# interface.
+if [ -z "${RDMA_DEV:-}" ]; then
+	for dev in /sys/class/infiniband/*; do
+		if [ -r "$dev/parent" ] &&
+			ip -4 -o addr show dev "$(cat "$dev/parent")" | grep -q " $RDMA_ADDR/"; then
+			RDMA_DEV=${dev##*/}
+		fi
+	done
+fi
+: "${RDMA_DEV:?no RDMA device carries $RDMA_ADDR: set RDMA_DEV}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 # shellcheck source=tests/lib.sh
@@ -37,6 +48,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 		test_deny "$server/deny_larger_than_pool" "$port" 4194305 EINVAL
 		test_serves_after_deny "$server" "$port"
 		test_client_modes "$server" "$port"
+		test_lapping "$server" "$port"
 		test_client_quiet "$server" "$port"
 		test_sigint "$server"
 	else
@@ -63,9 +75,10 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_server_dies "$server" $((port + 2)) stopped
 	test_max_conns "$server" $((port + 3))
 	test_load "$server" $((port + 4))
+	test_stuck_replies "$server" $((port + 7))
 	test_isolation "$server" $((port + 5)) none
 	test_isolation "$server" $((port + 6)) mw
-	port=$((port + 7))
+	port=$((port + 8))
 done
 test_client_args
 test_bench_smoke

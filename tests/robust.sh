@@ -36,7 +36,7 @@ test_client_args() {
 	expect_error "$t/writes_junk" 5 "bad number of writes 'x'" "$client" -n x "$RDMA_ADDR" 100
 	expect_error "$t/doorbell_every_0" 5 "bad doorbell interval '0'" "$client" -k 0 "$RDMA_ADDR" 100
 	expect_error "$t/window_0" 5 "bad window '0'" "$client" -w 0 "$RDMA_ADDR" 100
-	expect_error "$t/window_too_deep" 10 "need a send queue 4294967296 deep; rxe0 allows" "$client" -k 65536 -w 65536 "$RDMA_ADDR" 100
+	expect_error "$t/window_too_deep" 10 "need a send queue 4294967296 deep; $RDMA_DEV allows" "$client" -k 65536 -w 65536 "$RDMA_ADDR" 100
 	expect_error "$t/unresolvable_address" 10 "cannot resolve 'no-such-host.invalid'" "$client" no-such-host.invalid 100
 	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
 }
@@ -112,9 +112,23 @@ expect_lines() {
 	fi
 }
 
+# stats_whole LINE: true if a stats (or shutdown) line says that nothing is
+# in use and nothing was lost: no connection open or closing, no chunk,
+# every receive back on the SRQ and, in the event-driven server, every
+# reply buffer free.
+stats_whole() {
+	local re='^[a-z]+.* connections=0 chunks_in_use=0 doorbells=[0-9]+ closing=0 recvs_posted=([0-9]+)/([0-9]+)'
+	[[ $1 =~ $re ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || return 1
+	re=' replies_free=([0-9]+)/([0-9]+)$'
+	if [[ $1 =~ $re ]]; then
+		[ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || return 1
+	fi
+}
+
 # stats_idle: ask the server for its counters (SIGUSR1) until they say
-# nothing is in use, for up to 10 s; prints the last stats line it saw.
-# (The log is only ever read: the server keeps writing to that very file.)
+# nothing is in use (stats_whole), for up to 10 s; prints the last stats
+# line it saw. (The log is only ever read: the server keeps writing to that
+# very file.)
 stats_idle() {
 	local line='' i j seen
 	for ((i = 0; i < 20; i++)); do
@@ -127,7 +141,7 @@ stats_idle() {
 			fi
 			sleep 0.05
 		done
-		if [[ $line == "stats connections=0 chunks_in_use=0 "* ]]; then
+		if stats_whole "$line"; then
 			break
 		fi
 		sleep 0.4
@@ -135,11 +149,12 @@ stats_idle() {
 	echo "$line"
 }
 
-# expect_stats NAME: once every client has gone, nothing may be in use.
+# expect_stats NAME: once every client has gone, nothing may be in use and
+# nothing lost.
 expect_stats() {
 	local line
 	line=$(stats_idle)
-	if [[ $line == "stats connections=0 chunks_in_use=0 "* ]]; then
+	if stats_whole "$line"; then
 		pass "$1"
 	else
 		fail "$1" "after every client left: '$line'"
@@ -207,9 +222,13 @@ test_size_edges() {
 }
 
 # A message too long for the server's receive buffer fails that receive
-# and ends that connection, and only that one.
+# and ends that connection, and only that one: a client streaming beside
+# it sees every doorbell through.
 test_oversized_message() {
-	local s=$1 port=$2 t=$1/oversized_message
+	local s=$1 port=$2 t=$1/oversized_message bystander status=0
+	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
+	bystander=$!
+	wait_for "$work/bystander.out" '^doorbell seq=' 20 || true
 	peer_steps big "$port" send:200:0x52444d41:1:1:4096 || true
 	if grep -q '^reply status=IBV_WC_' "$work/big.out"; then
 		pass "$t/connection_ended"
@@ -222,6 +241,8 @@ test_oversized_message() {
 	else
 		fail "$t/server_names_it" "no 'receive ... failed: IBV_WC_...' on the server's stderr"
 	fi
+	wait "$bystander" || status=$?
+	check_bystander "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
 }
 
 # A client killed in the middle of its stream: the server notices, frees its
@@ -250,6 +271,7 @@ test_client_killed() {
 	else
 		pass "$t/slice_freed"
 	fi
+	expect_stats "$t/nothing_lost"
 }
 
 # 200 connect / allocate / write / disconnect cycles: all succeed, and the
@@ -330,11 +352,22 @@ test_max_conns() {
 	stop_server || true
 }
 
+# hw_counter NAME: the device's port counter NAME (rxe has them in sysfs),
+# or nothing if there is none.
+hw_counter() {
+	cat "/sys/class/infiniband/$RDMA_DEV/ports/1/hw_counters/$1" 2>/dev/null || true
+}
+
 # 32 clients at once against a deliberately small SRQ: receivers are not
 # always ready, the NICs retry, and every doorbell still arrives intact.
+# The device's counters show that "receiver not ready" really happened
+# (RNR NAKs) and that no retry ran out; afterwards nothing is lost.
 test_load() {
-	local s=$1 port=$2 t=$1/load_32_clients_srq_4 i pids=() bad='' want
+	local s=$1 port=$2 t=$1/load_32_clients_srq_4 i pids=() bad='' want line
+	local -A before=() after=()
+	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
 	start_server "$s" "$port" --srq-depth 4 || { fail "$t" "server did not start"; return; }
+	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
 		run_client "l$i" "$port" "$RDMA_ADDR" 8192 -n 2000 -k 16 &
 		pids+=("$!")
@@ -342,17 +375,75 @@ test_load() {
 	for i in "${!pids[@]}"; do
 		wait "${pids[$i]}" || bad="client $i failed: $(head -c 200 "$work/l$i.err")"
 	done
+	for i in "${counters[@]}"; do after[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
 		[ -n "$bad" ] && break
 		check_session "l$i" 2000 16 8192 >"$work/check" ||
 			bad="client $i: $(cat "$work/check")"
 	done
 	want=$((32 * 125))
+	line=$(stats_idle)
 	stop_server || true
-	if [ -z "$bad" ] && ! grep -q "^shutdown signal=SIGINT connections=0 chunks_in_use=0 doorbells=$want\$" "$work/server.out"; then
-		bad="the summary does not show $want doorbells and nothing in use"
+	if [ -z "$bad" ] && ! [[ $line =~ \ doorbells=$want\  ]]; then
+		bad="the server counted no $want doorbells: '$line'"
+	elif [ -z "$bad" ] && ! stats_whole "$line"; then
+		bad="something was left in use or lost: '$line'"
 	fi
 	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t"; fi
+	test_rnr_counters "$t/rnr_happened_no_retry_ran_out"
+}
+
+# test_rnr_counters NAME: from the before and after arrays of test_load.
+test_rnr_counters() {
+	local i deltas=''
+	for i in "${counters[@]}"; do
+		if [ -z "${before[$i]}" ] || [ -z "${after[$i]}" ]; then
+			echo "SKIP $1: $RDMA_DEV has no port counter $i (not rxe?), so RNR cannot be shown"
+			return
+		fi
+		deltas+=" $i=+$((after[$i] - before[$i]))"
+	done
+	if ((after[send_rnr_err] - before[send_rnr_err] == 0)); then
+		fail "$1" "no RNR NAK was sent: the SRQ never ran dry, so this load proves nothing about RNR ($deltas )"
+	elif ((after[retry_rnr_exceeded_err] != before[retry_rnr_exceeded_err] ||
+		after[retry_exceeded_err] != before[retry_exceeded_err])); then
+		fail "$1" "a retry counter ran out ($deltas )"
+	else
+		pass "$1 ($deltas )"
+	fi
+}
+
+# Peers that leave their replies stuck: each connects asking the server's
+# NIC to retry "receiver not ready" forever (--rnr-retry 7), posts no
+# receive, sends 8 requests, and then disconnects or is killed. Their
+# replies can only leave the server's send queue as flushes, when the
+# server closes the connection; if any were lost with its QP, the
+# event-driven server would run out of reply buffers (--max-conns 1 gives
+# it 8) and the SRQ would shrink. After more peers than that, ordinary
+# clients are served and nothing is lost.
+test_stuck_replies() {
+	local s=$1 port=$2 t=$1/stuck_replies i bad='' steps
+	start_server "$s" "$port" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	for ((i = 1; i <= 9; i++)); do
+		stats_idle >/dev/null # the one connection it may have must be gone
+		steps=(blind:8)
+		((i % 2)) || steps+=(kill)
+		# (In a subshell: bash's "Killed" notice goes to /dev/null.)
+		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$port" "${steps[@]}" \
+			>"$work/stuck.out" 2>"$work/stuck.err") 2>/dev/null || true
+		if ! grep -qx 'blind sent=8' "$work/stuck.out"; then
+			bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300)"
+			break
+		fi
+	done
+	if [ -z "$bad" ] && grep -Eq 'no reply buffer|sent more than' "$work/server.err"; then
+		bad="the server ran out: $(grep -E 'no reply buffer|sent more than' "$work/server.err" | head -n 1)"
+	fi
+	if [ -n "$bad" ]; then fail "$t/nine_peers" "$bad"; else pass "$t/nine_peers"; fi
+	expect_stats "$t/nothing_lost"
+	test_one_client "$t" "$port"
+	expect_stats "$t/nothing_lost_after_a_client"
+	stop_server || true
 }
 
 # Isolation. Without it every client holds the pool MR's rkey: a client can
