@@ -27,6 +27,7 @@ declare -A DESIGNED=(
 	[send_done]="a completed reply gives its buffer back, by wr_id"
 	[on_completion]="send_done needs the wr_id in one of them"
 	[serve]="the tick loop, or poll() on the descriptors"
+	[stats_print]="the event-driven server also counts its free reply buffers"
 )
 
 work=$(mktemp -d)
