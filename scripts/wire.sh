@@ -123,7 +123,7 @@ main() {
 	echo "== server: $server (its output)"
 	cat "$out/session/server.out" "$out/session/server.err"
 	echo
-	echo "== the cable: $out/cable.pcap"
+	echo "== the cable: wire-results/cable.pcap (this trace: wire-results/trace.txt)"
 	"$top/scripts/wire-trace.sh" "$out/cable.pcap" | tee "$out/trace.txt"
 	echo
 	raw=$("$top/scripts/wire-trace.sh" --raw "$out/cable.pcap")
@@ -133,8 +133,8 @@ main() {
 		size="$size" writes="$writes" every="$every" 2>&1 |
 		fold -s -w 78 || status=$?
 	echo
-	echo "Every field of every packet: open $out/cable.pcap in Wireshark" \
-		"(it decodes UDP port 4791 as RoCE v2 by itself)."
+	echo "Every field of every packet: open wire-results/cable.pcap in"
+	echo "Wireshark (it decodes UDP port 4791 as RoCE v2 by itself)."
 	exit "$status"
 }
 
