@@ -57,6 +57,10 @@ function check(i, d,   j, n, kv, k, want, got) {
 				wire(r[i, 5], substr(kv[k], 1, index(kv[k], "=") - 1)) \
 				" is " (got == "" ? "missing" : got) ", want " want)
 	}
+	if (last_psn[d] == "" && r[i, 7] != first_psn[d])
+		fail(where(i) ": " ename[d, j] ": PSN " r[i, 7] ", want " \
+			first_psn[d] " (the Starting PSN of the CM " \
+			(d == "c" ? "ConnectReply" : "ConnectRequest") ")")
 	if (last_psn[d] != "" && r[i, 7] != (last_psn[d] + 1) % 16777216)
 		fail(where(i) ": " ename[d, j] ": PSN " r[i, 7] ", want " \
 			(last_psn[d] + 1) % 16777216 " (one more than the packet before)")
@@ -81,6 +85,10 @@ END {
 		fail("no CM ConnectRequest from QP " client_qp " to port " port \
 			" in the capture (" n " ARP and RoCE packets)")
 	C = r[start, 3]; S = r[start, 4]
+	# Each side announces the PSN it will expect: the server numbers its
+	# packets from the ConnectRequest's Starting PSN, the client from the
+	# ConnectReply's.
+	first_psn["s"] = get(r[start, 9], "startpsn")
 
 	slots = granted / 4
 	expect("c", "send", "msg=REQ_ALLOC version=1 size=" size, "the REQ_ALLOC")
@@ -109,6 +117,8 @@ END {
 			if (cm == "rep" && get(r[i, 9], "qpn") != server_qp)
 				fail(where(i) ": the ConnectReply names QP " \
 					get(r[i, 9], "qpn") ", want " server_qp)
+			if (cm == "rep")
+				first_psn["c"] = get(r[i, 9], "startpsn")
 			if (cm == "dreq" && seen["c"] < m["c"])
 				fail(where(i) ": disconnect before " \
 					ename["c", seen["c"] + 1])

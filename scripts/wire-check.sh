@@ -12,9 +12,10 @@
 #     RDMA WRITEs: write i (1..writes) to va = addr + ((i-1) mod slots) * 4
 #     (slots = granted / 4), r_key = rkey, 4 bytes holding i big-endian;
 #     every every-th write and the last are WRITEs with immediate, ImmDt = i;
-#     each packet's PSN is one more than the one before;
 #   server -> client: one SEND of a RESP_ALLOC, status 0, granted bytes at
 #     addr, with rkey;
+#   on each side, PSNs from the Starting PSN the CM exchanged, one more per
+#     packet;
 #   the RESP_ALLOC and the last write acknowledged, no NAK;
 #   a CM DisconnectRequest and DisconnectReply after the last write.
 #

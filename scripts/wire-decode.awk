@@ -57,9 +57,11 @@ BEGIN {
 			info = "qpn=" hex(num(v("infiniband.cm.req.localqpn"))) \
 				" port=" num(v("infiniband.cm.req.serviceid.dport")) \
 				" retry=" num(v("infiniband.cm.req.retrcount")) \
-				" rnr_retry=" num(v("infiniband.cm.req.rnrretrcount"))
+				" rnr_retry=" num(v("infiniband.cm.req.rnrretrcount")) \
+				" startpsn=" num(v("infiniband.cm.req.startpsn"))
 		else if (kind == "cm-rep")
-			info = "qpn=" hex(num(v("infiniband.cm.rep.localqpn")))
+			info = "qpn=" hex(num(v("infiniband.cm.rep.localqpn"))) \
+				" startpsn=" num(v("infiniband.cm.rep.startpsn"))
 		else if (kind == "cm-rej")
 			info = "reason=" num(v("infiniband.cm.rej.reason"))
 		else if (kind == "cm-other")

@@ -53,15 +53,17 @@ function describe(src, dst, kind, psn, qp, info,
 		return src " is at " get(info, "mac")
 	if (kind == "cm-req") {
 		reqqp[src "/" dst] = get(info, "qpn")
-		return sprintf("rdma_connect: QP %s, port %d\tretry_count=%d" \
-			" rnr_retry_count=%d", get(info, "qpn"), get(info, "port"),
-			get(info, "retry"), get(info, "rnr_retry"))
+		return sprintf("rdma_connect: QP %s, port %d\tStarting PSN=%d" \
+			" retry_count=%d rnr_retry_count=%d", get(info, "qpn"),
+			get(info, "port"), get(info, "startpsn"), get(info, "retry"),
+			get(info, "rnr_retry"))
 	}
 	if (kind == "cm-rep") {
 		cq = reqqp[dst "/" src]
 		if (cq != "")
 			srvqp[dst "/" cq] = get(info, "qpn")
-		return "rdma_accept: server QP " get(info, "qpn")
+		return "rdma_accept: server QP " get(info, "qpn") \
+			"\tStarting PSN=" get(info, "startpsn")
 	}
 	if (kind == "cm-rtu")
 		return "ESTABLISHED, both sides"

@@ -26,7 +26,8 @@ FIELDS=(frame.number frame.time_relative ip.src ip.dst ipv6.src ipv6.dst
 	data.data infiniband.mad.attributeid
 	infiniband.cm.req.localqpn infiniband.cm.req.serviceid.dport
 	infiniband.cm.req.retrcount infiniband.cm.req.rnrretrcount
-	infiniband.cm.rep.localqpn infiniband.cm.rej.reason)
+	infiniband.cm.req.startpsn infiniband.cm.rep.localqpn
+	infiniband.cm.rep.startpsn infiniband.cm.rej.reason)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
