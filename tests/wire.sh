@@ -96,14 +96,14 @@ test_window_rkey() {
 	fi
 }
 
-# check_fails T WANT ARGS...: wire-check.sh with wrong expectations must
-# fail with the message WANT.
+# check_fails T PCAP WANT ARGS...: wire-check.sh with a capture or
+# expectations that do not match must fail with the message WANT.
 check_fails() {
-	local t=$1 want=$2 got status=0
-	shift 2
-	got=$("$top/scripts/wire-check.sh" "$pcap" "$@" 2>&1) || status=$?
+	local t=$1 capture=$2 want=$3 got status=0
+	shift 3
+	got=$("$top/scripts/wire-check.sh" "$capture" "$@" 2>&1) || status=$?
 	if [ "$status" = 0 ]; then
-		fail "$t" "wire-check.sh passed wrong expectations ($*)"
+		fail "$t" "wire-check.sh passed a mismatch ($*)"
 	elif [ "$got" != "$want" ]; then
 		fail "$t" "wire-check.sh said '$got', want '$want'"
 	else
@@ -119,20 +119,23 @@ first_packet() {
 }
 
 # The checker must be able to fail, and name the first packet that
-# differs, found here by tshark's own filters. Told that the ev session
-# rang every 5 writes (it rang every 4), it must stop at the 4th write;
-# told that the mw session was granted the pool MR's rkey, at the
-# RESP_ALLOC.
+# differs, found here by tshark's own filters. Given a copy of the capture
+# where the payload of the ev session's second write says 99, it must stop
+# at that write. Told that the ev session rang every 5 writes (it rang
+# every 4), at the 4th write; told that the mw session was granted the pool
+# MR's rkey, at the RESP_ALLOC.
 test_checker_fails() {
 	local t=wire/checker_names_first_difference addr rkey va pool at=''
 	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
+	test_corrupted_capture "$t/corrupted_payload" "$addr" "$rkey"
+
 	va=$(printf '0x%x' $((${addr:-0} + 12)))
 	[ -n "$addr" ] && at=$(first_packet "infiniband.reth.va == $va && infiniband.reth.r_key == $rkey")
 	if [ -z "$at" ]; then
 		fail "$t/doorbell_interval" "tshark finds no write to $va in the ev session"
 	else
-		check_fails "$t/doorbell_interval" "wire-check: packet ${at%$'\t'*} (client->server, PSN ${at#*$'\t'}): want write 4, a RDMA WRITE (no immediate), got a RDMA WRITE with immediate (va=$va rkey=$rkey len=4 value=4 imm=4)" \
+		check_fails "$t/doorbell_interval" "$pcap" "wire-check: packet ${at%$'\t'*} (client->server, PSN ${at#*$'\t'}): want write 4, a RDMA WRITE (no immediate), got a RDMA WRITE with immediate (va=$va rkey=$rkey len=4 value=4 imm=4)" \
 			--outputs "$dir/ev" size=10000 writes=12 every=5
 	fi
 
@@ -144,9 +147,29 @@ test_checker_fails() {
 	if [ -z "$at" ] || [ -z "$pool" ]; then
 		fail "$t/pool_rkey" "tshark finds no RESP_ALLOC with rkey ${rkey:-?} or the server printed no pool rkey"
 	else
-		check_fails "$t/pool_rkey" "wire-check: packet ${at%$'\t'*} (server->client, PSN ${at#*$'\t'}): the RESP_ALLOC: ctrl_msg rkey is $rkey, want $pool" \
+		check_fails "$t/pool_rkey" "$pcap" "wire-check: packet ${at%$'\t'*} (server->client, PSN ${at#*$'\t'}): the RESP_ALLOC: ctrl_msg rkey is $rkey, want $pool" \
 			--outputs "$dir/ev_mw" size=10000 writes=12 every=5 rkey="$pool"
 	fi
+}
+
+# test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to
+# ADDR + 4 with RKEY) changed in a copy of the capture. Found by its bytes:
+# the RETH (va, r_key, length 4) right before the payload 2.
+test_corrupted_capture() {
+	local t=$1 addr=${2:-0} rkey=${3:-0} copy=$dir/corrupted.pcap va at bytes off
+	va=$(printf '0x%x' $((addr + 4)))
+	at=$(first_packet "infiniband.reth.va == $va && infiniband.reth.r_key == $rkey")
+	bytes=$(printf '%016x%08x%08x%08x' "$va" "$rkey" 4 2 | sed 's/../\\x&/g')
+	off=$(LC_ALL=C grep -obUaP "$bytes" "$pcap" | cut -d: -f1)
+	if [ -z "$at" ] || [[ ! $off =~ ^[0-9]+$ ]]; then
+		fail "$t" "cannot find write 2 (va $va) once in the capture"
+		return
+	fi
+	cp "$pcap" "$copy"
+	printf '\x00\x00\x00\x63' |
+		dd of="$copy" bs=1 seek=$((off + 16)) conv=notrunc status=none
+	check_fails "$t" "$copy" "wire-check: packet ${at%$'\t'*} (client->server, PSN ${at#*$'\t'}): write 2: payload is 99, want 2" \
+		--outputs "$dir/ev" size=10000 writes=12 every=4
 }
 
 main() {
