@@ -175,6 +175,10 @@ test_corrupted_capture() {
 main() {
 	local status=0 name server isolation size writes every
 	cd "$top"
+	if ! command -v tshark >/dev/null; then
+		fail wire/tshark "no tshark to read the capture with: apt-get install tshark (or run scripts/deps.sh)"
+		finish
+	fi
 	echo "$PLAN" >"$dir/plan"
 	VM_TIMEOUT=${WIRE_VM_TIMEOUT:-300} "$top/scripts/vm-pair.sh" --pcap "$pcap" \
 		"$top/scripts/wire-session.sh" "$dir" >"$dir/vms.log" 2>&1 || status=$?
