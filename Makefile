@@ -5,6 +5,10 @@
 #   make demo             a server and a client on Soft-RoCE, with their output
 #   make bench            the client against perftest, and the servers' CPU
 #                         time: bench-results/results.md and a plot
+#   make wire             server and client on two VMs joined by one virtual
+#                         cable, and every packet of a session decoded:
+#                         wire-results/ (WIRE_ARGS="--isolation mw" and more:
+#                         scripts/wire.sh)
 #   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
 #   make doctor           check this machine for what the programs need
 
@@ -70,6 +74,11 @@ bench: deps
 	scripts/soft-roce.sh scripts/bench.sh $(CURDIR)/bench-results
 	@cat bench-results/results.md
 
+# Two VMs, one cable, one short session: the trace of every packet.
+wire: deps
+	$(MAKE) all
+	scripts/wire.sh $(WIRE_ARGS)
+
 deps:
 	scripts/deps.sh
 
@@ -77,4 +86,4 @@ deps:
 doctor:
 	scripts/doctor.sh
 
-.PHONY: all clean test demo bench deps fuzz doctor FORCE
+.PHONY: all clean test demo bench wire deps fuzz doctor FORCE

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what `make`, `make test`, `make demo` and `make bench` need on
-# Debian 12.
+# Install what `make`, `make test`, `make demo`, `make bench` and
+# `make wire` need on Debian 12.
 # Quick and silent when everything is already there.
 set -euo pipefail
 
@@ -16,6 +16,8 @@ packages=(
 	clang libclang-rt-dev util-linux
 	# make bench (and its smoke run in make test): the plot
 	gnuplot-nox
+	# make wire (and its tests in make test): the RoCE v2 decoder
+	tshark
 )
 
 missing=()

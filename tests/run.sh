@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make test: the unit tests of common/, the check that the two servers stay
-# twins, a short fuzzing run of the message decoder, then the end-to-end
-# tests on a real Soft-RoCE device
-# (scripts/soft-roce.sh brings one up, here or in a VM).
+# twins, a short fuzzing run of the message decoder, the end-to-end tests on
+# a real Soft-RoCE device (scripts/soft-roce.sh brings one up, here or in a
+# VM), then server and client on two VMs joined by one cable, with every
+# packet checked (tests/wire.sh).
 # Ends with the line "N passed, N failed"; exits non-zero if anything failed
 # or if the Soft-RoCE tests could not run: they are never skipped.
 set -euo pipefail
@@ -29,6 +30,7 @@ run unit "$top/tests/unit_common"
 run twins "$top/tests/twins.sh"
 run fuzz "$top/tests/fuzz.sh" "${FUZZER:-$top/build/fuzz_ctrl_msg}" "${FUZZ_SECONDS:-20}"
 run e2e "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh"
+run wire "$top/tests/wire.sh"
 
 passed=$(grep -c '^PASS ' "$log" || true)
 failed=$(($(grep -c '^FAIL ' "$log" || true) + failed_runs))

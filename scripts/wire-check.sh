@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# wire-check.sh PCAP [--outputs DIR] KEY=VALUE...: check that one session
+# of the protocol went over the wire exactly as README.md's "The wire
+# protocol" says, packet by packet. Prints one line saying what it found,
+# or fails naming the first packet that differs from what it should be.
+#
+# The session is the one whose CM ConnectRequest comes from client_qp to
+# port (the last such in the capture), up to the next ConnectRequest. In
+# it, in this order, with nothing else from either QP:
+#   the CM ConnectReply from server_qp, and ReadyToUse;
+#   client -> server: a SEND of a REQ_ALLOC for size bytes, then writes
+#     RDMA WRITEs: write i (1..writes) to va = addr + ((i-1) mod slots) * 4
+#     (slots = granted / 4), r_key = rkey, 4 bytes holding i big-endian;
+#     every every-th write and the last are WRITEs with immediate, ImmDt = i;
+#   server -> client: one SEND of a RESP_ALLOC, status 0, granted bytes at
+#     addr, with rkey;
+#   on each side, PSNs from the Starting PSN the CM exchanged, one more per
+#     packet;
+#   the RESP_ALLOC and the last write acknowledged, no NAK;
+#   a CM DisconnectRequest and DisconnectReply after the last write.
+#
+# Expectations (KEY=VALUE, all needed): port client_qp server_qp size
+# granted addr rkey writes every. --outputs DIR reads client_qp, port,
+# addr, rkey and granted from DIR/client.out (rdma_pool_client's output)
+# and server_qp from DIR/server.out; KEY=VALUEs after it override them.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+KEYS=(port client_qp server_qp size granted addr rkey writes every)
+
+die() {
+	echo "wire-check: $*" >&2
+	exit 1
+}
+
+usage() {
+	echo "usage: $0 PCAP [--outputs DIR] KEY=VALUE..." >&2
+	echo "  keys: ${KEYS[*]}" >&2
+	exit 2
+}
+
+# from_outputs DIR: KEY=VALUE lines from what the programs printed.
+from_outputs() {
+	local dir=$1 line qp
+	local connect=' port=([0-9]+) qp=(0x[0-9a-f]+)$'
+	local granted='^granted (addr=(0x[0-9a-f]+) rkey=(0x[0-9a-f]+) size=([0-9]+))$'
+	[ -r "$dir/client.out" ] || die "cannot read $dir/client.out"
+	[ -r "$dir/server.out" ] || die "cannot read $dir/server.out"
+	line=$(grep -m1 '^connect server=' "$dir/client.out" || true)
+	[[ $line =~ $connect ]] ||
+		die "$dir/client.out has no 'connect server=... port=... qp=...' line"
+	echo "port=${BASH_REMATCH[1]}"
+	echo "client_qp=${BASH_REMATCH[2]}"
+	line=$(grep -m1 '^granted ' "$dir/client.out" || true)
+	[[ $line =~ $granted ]] ||
+		die "$dir/client.out has no 'granted addr=... rkey=... size=...' line"
+	echo "addr=${BASH_REMATCH[2]}"
+	echo "rkey=${BASH_REMATCH[3]}"
+	echo "granted=${BASH_REMATCH[4]}"
+	# The server's QP is the one its grant of that slice names.
+	qp=$(grep "^grant qp=0x[0-9a-f]* ${BASH_REMATCH[1]}\$" "$dir/server.out" |
+		tail -n 1 | cut -d" " -f2 || true)
+	[ -n "$qp" ] || die "$dir/server.out has no grant of ${BASH_REMATCH[1]}"
+	echo "server_$qp"
+}
+
+main() {
+	local pcap key value arg lines vars=()
+	local -A want=()
+	[ $# -ge 1 ] || usage
+	pcap=$1
+	shift
+	while [ $# -gt 0 ]; do
+		arg=$1
+		shift
+		if [ "$arg" = --outputs ]; then
+			[ $# -ge 1 ] || usage
+			lines=$(from_outputs "$1")
+			shift
+			while IFS='=' read -r key value; do
+				want[$key]=$value
+			done <<<"$lines"
+			continue
+		fi
+		[[ $arg == *=* ]] || usage
+		want[${arg%%=*}]=${arg#*=}
+	done
+
+	for key in "${KEYS[@]}"; do
+		value=${want[$key]:-}
+		case $key in
+		client_qp | server_qp | addr | rkey)
+			[[ $value =~ ^0x[0-9a-fA-F]+$ ]] ||
+				die "$key='$value': want a hexadecimal number (0x...)"
+			;;
+		*)
+			[[ $value =~ ^[0-9]+$ ]] ||
+				die "$key='$value': want a whole number"
+			;;
+		esac
+		vars+=(-v "$key=$value")
+		unset "want[$key]"
+	done
+	[ "${#want[@]}" -eq 0 ] || die "unknown keys: ${!want[*]}"
+	for key in "${vars[@]}"; do
+		case $key in
+		every=0) die "every=0: a doorbell every 0 writes?" ;;
+		granted=*) value=${key#granted=}
+			((value >= 4 && value % 4 == 0)) ||
+				die "granted=$value: want a positive multiple of 4" ;;
+		esac
+	done
+
+	# Decoded first, so that a capture tshark cannot read stops here.
+	lines=$("$here/wire-trace.sh" --raw "$pcap")
+	awk "${vars[@]}" -f "$here/wire-lib.awk" -f "$here/wire-check.awk" \
+		<<<"$lines"
+}
+
+main "$@"

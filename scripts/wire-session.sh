@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# wire-session.sh DIR: one side of the sessions planned in DIR/plan, run in
+# both VMs of scripts/vm-pair.sh (make wire, tests/wire.sh). WIRE_ROLE says
+# which side this is; RDMA_ADDR is the server VM's address.
+#
+# DIR/plan has one session per line, run one after the other so that each
+# session's packets are together on the cable:
+#   NAME SERVER PORT ISOLATION SIZE WRITES DOORBELL_EVERY
+# e.g. "ev rdma_srq_pool_server_ev 7471 none 10000 12 4".
+#
+# The server VM starts every session's server, each on its own port, and
+# stops them with SIGINT once the client VM says it is done. The client VM
+# runs one client per session against its server. Everything each program
+# prints goes to DIR/NAME/{server,client}.{out,err,status}. The two VMs talk
+# through files in DIR, which both see:
+#   ready    written by the server VM once every server listens
+#   finished written by the client VM once every client has finished
+#   abort    written by either side that gives up, with the reason
+# Exits 0 if this side did its part; judging the results is the caller's.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+: "${RDMA_ADDR:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR}"
+: "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
+dir=${1:?usage: wire-session.sh DIR}
+READY_TIMEOUT=120 # seconds for the other VM to boot and its servers to listen
+CLIENT_TIMEOUT=120
+DONE_TIMEOUT=600 # seconds for every client, the other VM's boot included
+
+say() {
+	echo "$WIRE_ROLE: $*"
+}
+
+# give_up WHY: tell the other VM not to wait for us any more, and fail.
+give_up() {
+	echo "$WIRE_ROLE: $*" >&2
+	echo "$WIRE_ROLE: $*" >"$dir/abort.tmp"
+	mv "$dir/abort.tmp" "$dir/abort"
+	exit 1
+}
+
+# mark NAME: create DIR/NAME as a whole, so the other VM never sees half.
+mark() {
+	date +%s >"$dir/$1.tmp"
+	mv "$dir/$1.tmp" "$dir/$1"
+}
+
+# await NAME SECONDS: wait for the other VM's mark; fail if it gave up.
+# Deadlines are in SECONDS of the clock, not in rounds of the loop: under
+# emulation on a busy host, one round can take far longer than its sleep.
+await() {
+	local end=$((SECONDS + $2))
+	while ((SECONDS < end)); do
+		[ -e "$dir/$1" ] && return 0
+		if [ -e "$dir/abort" ]; then
+			echo "$WIRE_ROLE: the other VM gave up: $(cat "$dir/abort")" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	give_up "no '$1' from the other VM within $2 s"
+}
+
+# wait_for FILE REGEX SECONDS: true once a line of FILE matches REGEX.
+wait_for() {
+	local end=$((SECONDS + $3))
+	while ((SECONDS < end)); do
+		grep -Eq "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# wait_listen PID DIR PORT: true once the server PID says it listens on
+# PORT (in DIR/server.out); false if it exits first, or after 20 s.
+wait_listen() {
+	local end=$((SECONDS + 20))
+	while ((SECONDS < end)); do
+		grep -q "^listen port=$3 " "$2/server.out" && return 0
+		kill -0 "$1" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# The plan's lines, checked before anything starts.
+read_plan() {
+	local name server port isolation size writes every extra
+	[ -s "$dir/plan" ] || give_up "no sessions in $dir/plan"
+	while read -r name server port isolation size writes every extra; do
+		if [[ ! $name =~ ^[A-Za-z0-9_-]+$ ]] || [ -n "$extra" ] ||
+			[[ ! $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
+			[[ ! "$port $size $writes $every" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]] ||
+			[[ ! $isolation =~ ^(none|mw)$ ]]; then
+			give_up "bad plan line '$name $server $port $isolation" \
+				"$size $writes $every${extra:+ $extra}'"
+		fi
+	done <"$dir/plan"
+}
+
+# stop PID: SIGINT, then the server's exit status (124 if it did not exit
+# within 20 s, like tests/lib.sh's stop_server).
+stop() {
+	local end=$((SECONDS + 20)) status=0
+	kill -INT "$1"
+	while ((SECONDS < end)); do
+		if ! kill -0 "$1" 2>/dev/null; then
+			wait "$1" || status=$?
+			return "$status"
+		fi
+		sleep 0.1
+	done
+	kill -KILL "$1"
+	return 124
+}
+
+serve() {
+	local name server port isolation pids=() i=0 status
+	while read -r name server port isolation _; do
+		mkdir -p "$dir/$name"
+		"$top/$server" --port "$port" --isolation "$isolation" \
+			</dev/null >"$dir/$name/server.out" 2>"$dir/$name/server.err" &
+		pids+=("$!")
+		wait_listen "$!" "$dir/$name" "$port" ||
+			give_up "$server did not listen on port $port:" \
+				"$(head -c 300 "$dir/$name/server.err")"
+		say "$server listens on port $port (--isolation $isolation)"
+	done <"$dir/plan"
+	mark ready
+
+	await finished "$DONE_TIMEOUT"
+	while read -r name server _; do
+		status=0
+		stop "${pids[$i]}" || status=$?
+		echo "$status" >"$dir/$name/server.status"
+		say "$server stopped with SIGINT, exit status $status"
+		i=$((i + 1))
+	done <"$dir/plan"
+}
+
+connect() {
+	local name server port size writes every status
+	await ready "$READY_TIMEOUT"
+	while read -r name server port _ size writes every; do
+		say "rdma_pool_client $RDMA_ADDR $size -n $writes -k $every" \
+			"--port $port (to $server)"
+		status=0
+		timeout "$CLIENT_TIMEOUT" "$top/rdma_pool_client" --port "$port" \
+			"$RDMA_ADDR" "$size" -n "$writes" -k "$every" \
+			</dev/null >"$dir/$name/client.out" 2>"$dir/$name/client.err" ||
+			status=$?
+		echo "$status" >"$dir/$name/client.status"
+		say "exit status $status"
+		# The next session starts once this one's disconnect is over on
+		# both sides, so that sessions do not overlap on the cable.
+		wait_for "$dir/$name/server.out" '^disconnect ' 10 ||
+			say "no disconnect line from $server within 10 s"
+	done <"$dir/plan"
+	mark finished
+}
+
+read_plan
+case $WIRE_ROLE in
+server) serve ;;
+client) connect ;;
+*) give_up "WIRE_ROLE must be server or client, not '$WIRE_ROLE'" ;;
+esac

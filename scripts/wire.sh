@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# make wire: a server and a client on two machines joined by one cable,
+# one short session between them, and every packet of it decoded.
+#
+# The machines are two VMs (scripts/vm-pair.sh); the cable's frames go to
+# wire-results/cable.pcap, and scripts/wire-trace.sh prints them one per
+# line, in the protocol's terms. The lines at the end tie the trace to what
+# the programs printed, and scripts/wire-check.sh checks that every packet
+# is what the protocol says. Everything stays in wire-results/.
+#
+#   usage: wire.sh [--server PROGRAM] [--isolation none|mw] [-n WRITES]
+#                  [-k DOORBELL_EVERY] [--size BYTES]
+#   defaults: rdma_srq_pool_server_ev, none, 12 writes, a doorbell every 4,
+#             10000 bytes
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=$top/wire-results
+PORT=7471
+
+usage() {
+	echo "usage: $0 [--server PROGRAM] [--isolation none|mw] [-n WRITES]" \
+		"[-k DOORBELL_EVERY] [--size BYTES]" >&2
+	exit 2
+}
+
+die() {
+	echo "wire: $*" >&2
+	exit 1
+}
+
+# The options, checked here: a bad one must not cost two boots.
+parse_options() {
+	server=rdma_srq_pool_server_ev isolation=none writes=12 every=4
+	size=10000
+	while [ $# -gt 0 ]; do
+		[ $# -ge 2 ] || usage
+		case $1 in
+		--server) server=$2 ;;
+		--isolation) isolation=$2 ;;
+		-n | --writes) writes=$2 ;;
+		-k | --doorbell-every) every=$2 ;;
+		--size) size=$2 ;;
+		*) usage ;;
+		esac
+		shift 2
+	done
+	[[ $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
+		die "--server must be rdma_pool_server or rdma_srq_pool_server_ev"
+	[[ $isolation =~ ^(none|mw)$ ]] || die "--isolation must be none or mw"
+	[[ $writes =~ ^[0-9]{1,4}$ ]] ||
+		die "-n '$writes': want 0 to 9999 writes (the trace has a line per packet)"
+	[[ $every =~ ^[1-9][0-9]*$ ]] || die "-k '$every': want a positive number"
+	[[ $size =~ ^[1-9][0-9]{0,6}$ ]] ||
+		die "--size '$size': want 1 to 9999999 bytes"
+	for program in "$server" rdma_pool_client; do
+		[ -x "$top/$program" ] || die "no $program: run make first"
+	done
+	command -v tshark >/dev/null ||
+		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
+}
+
+# What the programs printed, and what the trace shows of it: the lines
+# that tie the two together, from the session's records
+# (wire-trace.sh --raw).
+tie() {
+	local raw=$1 granted pool
+	granted=$(grep '^granted ' "$out/session/client.out")
+	pool=$(grep '^pool ' "$out/session/server.out")
+	awk -F'\t' -v granted="$granted" -v pool="$pool" '
+		$5 == "send" && $9 ~ /msg=RESP_ALLOC/ { resp = $1 }
+		$5 ~ /^write/ {
+			n++
+			split($9, kv, " ")
+			for (i in kv)
+				if (kv[i] ~ /^rkey=/)
+					keys[substr(kv[i], 6)]++
+		}
+		$5 == "write-imm" { imm = imm " " $1 }
+		$5 == "ack" { acks++ }
+		END {
+			printf "The client printed \"%s\": that is the" \
+				" RESP_ALLOC of packet %d.\n", granted, resp
+			for (k in keys)
+				printf "%d of the %d RDMA WRITEs carry r_key %s in" \
+					" their RETH.\n", keys[k], n, k
+			split(granted, g, " ")
+			split(pool, p, " ")
+			if (g[3] != p[4] && !(substr(p[4], 6) in keys))
+				printf "The server printed \"%s\": the key of the" \
+					" pool MR itself, on no packet. The client" \
+					" had a memory window key instead, good only" \
+					" for its own QP and its own slice.\n", pool
+			printf "The server program saw only the REQ_ALLOC and the" \
+				" WRITEs with immediate (packets%s): its grant and" \
+				" doorbell lines. The other WRITEs and the %d ACKs" \
+				" were handled by the NICs alone (here: rxe, in the" \
+				" kernel of each VM).\n", imm, acks
+		}' <<<"$raw" | fold -s -w 78
+}
+
+main() {
+	local raw status=0
+	parse_options "$@"
+	rm -rf "$out"
+	mkdir -p "$out"
+	echo "session $server $PORT $isolation $size $writes $every" >"$out/plan"
+
+	echo "== two VMs on one virtual cable: $server --isolation $isolation" \
+		"in one, rdma_pool_client -n $writes -k $every in the other"
+	cd "$top"
+	VM_TIMEOUT=${VM_TIMEOUT:-300} "$top/scripts/vm-pair.sh" \
+		--pcap "$out/cable.pcap" "$top/scripts/wire-session.sh" "$out" ||
+		status=$?
+	if [ "$status" != 0 ]; then
+		die "the two VMs did not run the session (vm-pair.sh exited" \
+			"$status; see above)"
+	fi
+	echo
+	echo "== client: rdma_pool_client (its output)"
+	cat "$out/session/client.out" "$out/session/client.err"
+	echo
+	echo "== server: $server (its output)"
+	cat "$out/session/server.out" "$out/session/server.err"
+	echo
+	echo "== the cable: wire-results/cable.pcap (this trace: wire-results/trace.txt)"
+	"$top/scripts/wire-trace.sh" "$out/cable.pcap" | tee "$out/trace.txt"
+	echo
+	raw=$("$top/scripts/wire-trace.sh" --raw "$out/cable.pcap")
+	tie "$raw"
+	status=0
+	"$top/scripts/wire-check.sh" "$out/cable.pcap" --outputs "$out/session" \
+		size="$size" writes="$writes" every="$every" 2>&1 |
+		fold -s -w 78 || status=$?
+	echo
+	echo "Every field of every packet: open wire-results/cable.pcap in"
+	echo "Wireshark (it decodes UDP port 4791 as RoCE v2 by itself)."
+	exit "$status"
+}
+
+main "$@"

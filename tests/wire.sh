@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The two-machine tests: server and client in two VMs joined by one virtual
+# cable (scripts/vm-pair.sh), and every packet of their sessions checked in
+# the cable's capture (scripts/wire-check.sh).
+#
+# One pair of boots runs every session, one after the other: each server
+# once, and the event-driven server with --isolation mw. For each: the same
+# end-to-end checks as on one device (tests/lib.sh's check_session: grant,
+# every doorbell ok, the summaries, a clean disconnect, SIGINT), then the
+# wire: every packet of the session as the protocol says, and under mw
+# the window's rkey, not the pool MR's, on every write. Last, the checker
+# itself must catch a capture that differs and name the packet.
+#
+# Runs on this machine (make test's "wire" stage), not in a VM: it boots
+# the two VMs itself. Prints "PASS name" or "FAIL name: why" per test.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The VMs see the repository, not this machine's /tmp.
+mkdir -p "$top/build"
+dir=$(mktemp -d "$top/build/wire-test.XXXXXX")
+work=$dir
+# shellcheck source=tests/lib.sh
+. "$top/tests/lib.sh"
+pcap=$dir/cable.pcap
+# Every session: NAME SERVER PORT ISOLATION SIZE WRITES DOORBELL_EVERY.
+# The first writes more than its slice has slots (4096 bytes: 1024), so
+# the slots wrap round.
+PLAN="poll rdma_pool_server 7471 none 4096 1100 100
+ev rdma_srq_pool_server_ev 7472 none 10000 12 4
+ev_mw rdma_srq_pool_server_ev 7473 mw 10000 12 5"
+declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
+
+# The server's SIGINT, as tests/basic.sh's test_sigint checks it, from the
+# status the server VM wrote down.
+test_stopped() {
+	local t=$1/sigint_exits_0 status
+	status=$(cat "$work/server.status" 2>/dev/null || echo none)
+	if [ "$status" != 0 ]; then
+		fail "$t" "server exited $status after SIGINT"
+	elif ! grep -q '^shutdown signal=SIGINT connections=0 chunks_in_use=0 ' "$work/server.out"; then
+		fail "$t" "no 'shutdown signal=SIGINT connections=0 chunks_in_use=0' line"
+	elif [ -s "$work/server.err" ]; then
+		fail "$t" "server wrote errors: $(head -c 300 "$work/server.err")"
+	else
+		pass "$t"
+	fi
+}
+
+# test_session NAME SERVER ISOLATION SIZE WRITES EVERY: one session, from
+# both programs' output and then from the cable.
+test_session() {
+	local name=$1 server=$2 isolation=$3 size=$4 writes=$5 every=$6
+	local t=wire/$server status why
+	[ "$isolation" = mw ] && t=$t/isolation_mw
+	work=$dir/$name
+	status=$(cat "$work/client.status" 2>/dev/null || echo none)
+	if [ "$status" != 0 ]; then
+		fail "$t/one_client" "client exited $status ($(head -c 300 "$work/client.err" 2>/dev/null))"
+	elif why=$(check_session client "$writes" "$every" "${GRANTED[$size]}"); then
+		pass "$t/one_client"
+	else
+		fail "$t/one_client" "$why"
+	fi
+	test_stopped "$t"
+
+	if why=$("$top/scripts/wire-check.sh" "$pcap" --outputs "$work" \
+		size="$size" writes="$writes" every="$every" 2>&1); then
+		pass "$t/every_packet"
+	else
+		fail "$t/every_packet" "$why"
+	fi
+	if [ "$isolation" = mw ]; then
+		test_window_rkey "$t" "$writes"
+	fi
+}
+
+# test_window_rkey T WRITES: under --isolation mw the client is granted
+# the window's rkey: all WRITES RDMA WRITEs on the cable carry it, and none
+# the pool MR's own rkey (which the server printed when it registered the
+# pool). Counted by tshark itself, not by our decoder.
+test_window_rkey() {
+	local t=$1/window_rkey_on_the_wire window pool with_window with_pool
+	window=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/client.out")
+	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$work/server.out")
+	with_window=$(tshark -r "$pcap" -Y "infiniband.reth.r_key == ${window:-0}" 2>/dev/null | wc -l)
+	with_pool=$(tshark -r "$pcap" -Y "infiniband.reth.r_key == ${pool:-0}" 2>/dev/null | wc -l)
+	if [ -z "$window" ] || [ -z "$pool" ]; then
+		fail "$t" "no granted rkey from the client or no pool rkey from the server"
+	elif [ "$window" = "$pool" ]; then
+		fail "$t" "the client was granted the pool MR's own rkey $pool"
+	elif [ "$with_window" != "$2" ] || [ "$with_pool" != 0 ]; then
+		fail "$t" "RETHs with the window's rkey $window: $with_window (want $2), with the pool's $pool: $with_pool (want 0)"
+	else
+		pass "$t"
+	fi
+}
+
+# check_fails T PCAP WANT ARGS...: wire-check.sh with a capture or
+# expectations that do not match must fail with the message WANT.
+check_fails() {
+	local t=$1 capture=$2 want=$3 got status=0
+	shift 3
+	got=$("$top/scripts/wire-check.sh" "$capture" "$@" 2>&1) || status=$?
+	if [ "$status" = 0 ]; then
+		fail "$t" "wire-check.sh passed a mismatch ($*)"
+	elif [ "$got" != "$want" ]; then
+		fail "$t" "wire-check.sh said '$got', want '$want'"
+	else
+		pass "$t"
+	fi
+}
+
+# first_packet FILTER: "FRAME PSN" of the first packet that tshark's
+# display filter FILTER picks from the capture.
+first_packet() {
+	tshark -r "$pcap" -Y "$1" -T fields -e frame.number -e infiniband.bth.psn \
+		2>/dev/null | head -n 1
+}
+
+# The checker must be able to fail, and name the first packet that
+# differs, found here by tshark's own filters. Given a copy of the capture
+# where the payload of the ev session's second write says 99, it must stop
+# at that write. Told that the ev session rang every 5 writes (it rang
+# every 4), at the 4th write; told that the mw session was granted the pool
+# MR's rkey, at the RESP_ALLOC.
+test_checker_fails() {
+	local t=wire/checker_names_first_difference addr rkey va pool at=''
+	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
+	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
+	test_corrupted_capture "$t/corrupted_payload" "$addr" "$rkey"
+
+	va=$(printf '0x%x' $((${addr:-0} + 12)))
+	[ -n "$addr" ] && at=$(first_packet "infiniband.reth.va == $va && infiniband.reth.r_key == $rkey")
+	if [ -z "$at" ]; then
+		fail "$t/doorbell_interval" "tshark finds no write to $va in the ev session"
+	else
+		check_fails "$t/doorbell_interval" "$pcap" "wire-check: packet ${at%$'\t'*} (client->server, PSN ${at#*$'\t'}): want write 4, a RDMA WRITE (no immediate), got a RDMA WRITE with immediate (va=$va rkey=$rkey len=4 value=4 imm=4)" \
+			--outputs "$dir/ev" size=10000 writes=12 every=5
+	fi
+
+	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev_mw/client.out")
+	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$dir/ev_mw/server.out")
+	# The RESP_ALLOC: the SEND whose ctrl_msg holds that rkey at offset 24.
+	at=''
+	[ -n "$rkey" ] && at=$(first_packet "infiniband.bth.opcode == 4 && data.data[24:4] == $(printf %08x "$rkey" | sed 's/../&:/g; s/:$//')")
+	if [ -z "$at" ] || [ -z "$pool" ]; then
+		fail "$t/pool_rkey" "tshark finds no RESP_ALLOC with rkey ${rkey:-?} or the server printed no pool rkey"
+	else
+		check_fails "$t/pool_rkey" "$pcap" "wire-check: packet ${at%$'\t'*} (server->client, PSN ${at#*$'\t'}): the RESP_ALLOC: ctrl_msg rkey is $rkey, want $pool" \
+			--outputs "$dir/ev_mw" size=10000 writes=12 every=5 rkey="$pool"
+	fi
+}
+
+# test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to
+# ADDR + 4 with RKEY) changed in a copy of the capture. Found by its bytes:
+# the RETH (va, r_key, length 4) right before the payload 2.
+test_corrupted_capture() {
+	local t=$1 addr=${2:-0} rkey=${3:-0} copy=$dir/corrupted.pcap va at bytes off
+	va=$(printf '0x%x' $((addr + 4)))
+	at=$(first_packet "infiniband.reth.va == $va && infiniband.reth.r_key == $rkey")
+	bytes=$(printf '%016x%08x%08x%08x' "$va" "$rkey" 4 2 | sed 's/../\\x&/g')
+	off=$(LC_ALL=C grep -obUaP "$bytes" "$pcap" | cut -d: -f1)
+	if [ -z "$at" ] || [[ ! $off =~ ^[0-9]+$ ]]; then
+		fail "$t" "cannot find write 2 (va $va) once in the capture"
+		return
+	fi
+	cp "$pcap" "$copy"
+	printf '\x00\x00\x00\x63' |
+		dd of="$copy" bs=1 seek=$((off + 16)) conv=notrunc status=none
+	check_fails "$t" "$copy" "wire-check: packet ${at%$'\t'*} (client->server, PSN ${at#*$'\t'}): write 2: payload is 99, want 2" \
+		--outputs "$dir/ev" size=10000 writes=12 every=4
+}
+
+main() {
+	local status=0 name server isolation size writes every
+	cd "$top"
+	if ! command -v tshark >/dev/null; then
+		fail wire/tshark "no tshark to read the capture with: apt-get install tshark (or run scripts/deps.sh)"
+		finish
+	fi
+	echo "$PLAN" >"$dir/plan"
+	VM_TIMEOUT=${WIRE_VM_TIMEOUT:-300} "$top/scripts/vm-pair.sh" --pcap "$pcap" \
+		"$top/scripts/wire-session.sh" "$dir" >"$dir/vms.log" 2>&1 || status=$?
+	if [ "$status" = 0 ]; then
+		pass wire/two_vms
+	else
+		# What vm-pair.sh says is why; nothing else can run without it.
+		fail wire/two_vms "scripts/vm-pair.sh exited $status: $(grep -E \
+			'^(\[(server|client) vm\] )?vm-pair' "$dir/vms.log" |
+			tail -n 3 | tr '\n' ' ')"
+		finish
+	fi
+	while read -r -u 3 name server _ isolation size writes every; do
+		test_session "$name" "$server" "$isolation" "$size" "$writes" "$every"
+	done 3<"$dir/plan"
+	test_checker_fails
+	finish
+}
+
+# The summary; on failure the capture and every program's output stay.
+finish() {
+	echo "wire: $passed passed, $failed failed"
+	if [ "$failed" = 0 ]; then
+		rm -rf "$dir"
+		exit 0
+	fi
+	echo "wire: the capture and every program's output are in $dir"
+	exit 1
+}
+
+main "$@"
