@@ -72,7 +72,8 @@ struct options {
 	uint32_t pool_size;
 	uint32_t srq_depth;
 	uint32_t max_conns;
-	bool isolation; /* --isolation mw: a memory window per slice */
+	bool isolation;	       /* --isolation mw: a memory window per slice */
+	uint32_t busy_poll_us; /* hybrid polling: see cq_spin() */
 	bool help;
 };
 
@@ -111,6 +112,8 @@ struct server {
 	uint32_t nsend_free;
 	struct ibv_comp_channel *comp;
 	struct ibv_cq *cq;
+	bool spinning;		/* polling the CQ unarmed: cq_spin() */
+	double last_completion; /* while spinning */
 
 	struct pool pool;
 	struct conn *conns;
@@ -132,6 +135,8 @@ static int windows_check(struct server *srv);
 static int window_alloc(struct server *srv, struct conn *conn);
 static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
 static void window_unbind(struct conn *conn);
+static bool busy_poll_begin(struct server *srv);
+static int cq_spin(struct server *srv);
 
 /* ---- listening ---------------------------------------------------------- */
 
@@ -883,7 +888,8 @@ static int cm_handle(struct server *srv)
  * has been), then re-arm the CQ, and only then drain it.  Draining first
  * would lose a wake-up: a completion arriving between the last poll and
  * the re-arm finds the CQ unarmed and raises no event, and would sit there
- * until the next one came.
+ * until the next one came.  (With --busy-poll-us the re-arm waits: the
+ * server polls the CQ itself for a while first, see cq_spin().)
  */
 static int cq_event(struct server *srv)
 {
@@ -894,9 +900,11 @@ static int cq_event(struct server *srv)
 	if (ibv_get_cq_event(srv->comp, &cq, &cq_context))
 		return fail("ibv_get_cq_event", errno);
 	ibv_ack_cq_events(cq, 1);
-	ret = ibv_req_notify_cq(cq, 0);
-	if (ret)
-		return fail("ibv_req_notify_cq", ret);
+	if (!busy_poll_begin(srv)) {
+		ret = ibv_req_notify_cq(cq, 0);
+		if (ret)
+			return fail("ibv_req_notify_cq", ret);
+	}
 	ret = cq_drain(srv);
 	return ret < 0 ? ret : 0;
 }
@@ -906,8 +914,10 @@ static int cq_event(struct server *srv)
 /*
  * Sleep in poll() until there is something to do: a CM event, a CQ event,
  * an asynchronous event or a signal, or while connections are closing,
- * REAP_MS.  The device's descriptors only exist once the first client has
- * come (verbs_open), and poll() skips a negative fd until then.
+ * REAP_MS.  While it polls the CQ itself (--busy-poll-us) it does not
+ * sleep, but still looks at the other descriptors between two polls.  The
+ * device's descriptors only exist once the first client has come
+ * (verbs_open), and poll() skips a negative fd until then.
  */
 static int serve(struct server *srv)
 {
@@ -923,8 +933,9 @@ static int serve(struct server *srv)
 	while (!signo) {
 		fds[CQ].fd = srv->comp ? srv->comp->fd : -1;
 		fds[ASYNC].fd = srv->verbs ? srv->verbs->async_fd : -1;
-		if (poll(fds, sizeof(fds) / sizeof(fds[0]),
-			 srv->nclosing ? REAP_MS : -1) < 0) {
+		int timeout = srv->spinning ? 0 : srv->nclosing ? REAP_MS : -1;
+
+		if (poll(fds, sizeof(fds) / sizeof(fds[0]), timeout) < 0) {
 			if (errno == EINTR)
 				continue;
 			return fail("poll", errno);
@@ -936,6 +947,8 @@ static int serve(struct server *srv)
 			err = async_handle(srv);
 		if (err >= 0 && fds[CQ].revents)
 			err = cq_event(srv);
+		if (err >= 0 && srv->spinning)
+			err = cq_spin(srv);
 		if (err >= 0 && srv->nclosing)
 			err = cq_drain(srv);
 		if (err < 0)
@@ -1045,6 +1058,9 @@ int main(int argc, char **argv)
 /* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
 #define DEFAULT_MAX_CONNS 64
 #define MAX_MAX_CONNS 1024
+/* Hybrid polling (--busy-poll-us): see cq_spin() and README's numbers. */
+#define DEFAULT_BUSY_POLL_US 100
+#define MAX_BUSY_POLL_US 1000000
 
 static void usage(FILE *out)
 {
@@ -1058,9 +1074,13 @@ static void usage(FILE *out)
 		"      --isolation MODE   none: every client gets the pool's\n"
 		"                         rkey (default); mw: a memory window\n"
 		"                         over its own slice only\n"
+		"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
+		"                         to N us between completions before\n"
+		"                         sleeping again; 0: never (default %d)\n"
 		"  -h, --help             show this text\n",
 		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
-		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS);
+		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
+		DEFAULT_BUSY_POLL_US);
 }
 
 /* Fills opt from the arguments, or says what is wrong and fails. */
@@ -1072,11 +1092,13 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "srq-depth", required_argument, NULL, 'S' },
 		{ "max-conns", required_argument, NULL, 'C' },
 		{ "isolation", required_argument, NULL, 'I' },
+		{ "busy-poll-us", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t port = DEFAULT_PORT, size = DEFAULT_POOL_SIZE;
 	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
+	uint64_t busy_poll_us = DEFAULT_BUSY_POLL_US;
 	int c, err = 0;
 
 	while (!err &&
@@ -1112,6 +1134,10 @@ static int parse_options(int argc, char **argv, struct options *opt)
 				err = -EINVAL;
 			}
 			break;
+		case 'B':
+			err = parse_number("busy-poll time", optarg, 0,
+					   MAX_BUSY_POLL_US, &busy_poll_us);
+			break;
 		case 'h':
 			opt->help = true;
 			return 0;
@@ -1128,6 +1154,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	opt->pool_size = (uint32_t)size;
 	opt->srq_depth = (uint32_t)srq_depth;
 	opt->max_conns = (uint32_t)max_conns;
+	opt->busy_poll_us = (uint32_t)busy_poll_us;
 	return err;
 }
 
@@ -1381,4 +1408,54 @@ static void window_unbind(struct conn *conn)
 	if (conn->slice_mr)
 		check("ibv_dereg_mr(slice)", ibv_dereg_mr(conn->slice_mr));
 	conn->slice_mr = NULL;
+}
+
+/* ---- hybrid polling (--busy-poll-us) ------------------------------------ */
+
+/*
+ * Each wake-up costs: the NIC's interrupt (on Soft-RoCE, the kernel's
+ * completion handler), waking the thread and scheduling it, then
+ * ibv_get_cq_event(), ibv_ack_cq_events() and ibv_req_notify_cq() (on
+ * Soft-RoCE each a system call).  When completions come one after the
+ * other, as doorbells under load do, paying that for each is what makes
+ * an event-driven server slower than a polling one.  So after a wake-up,
+ * leave the CQ unarmed and poll it: while completions keep coming, the
+ * server costs what a polling one does; once none has come for
+ * --busy-poll-us, it re-arms and sleeps, and costs nothing while idle.
+ * Returns false, and changes nothing, with --busy-poll-us 0.
+ */
+static bool busy_poll_begin(struct server *srv)
+{
+	if (!srv->opt.busy_poll_us)
+		return false;
+	srv->spinning = true;
+	srv->last_completion = now_seconds();
+	return true;
+}
+
+/*
+ * One turn of polling the unarmed CQ, between two looks at the other
+ * descriptors (serve() calls it again at once).  When the time is up:
+ * re-arm, then drain once more.  Without that last drain a completion
+ * that arrived after our last poll but before the re-arm would be
+ * stranded: it raised no event (the CQ was not armed), and none would come
+ * until some later completion did.
+ */
+static int cq_spin(struct server *srv)
+{
+	int n = cq_drain(srv), ret;
+	double now = now_seconds();
+
+	if (n != 0) {
+		srv->last_completion = now;
+		return n < 0 ? n : 0;
+	}
+	if ((now - srv->last_completion) * 1e6 < srv->opt.busy_poll_us)
+		return 0;
+	ret = ibv_req_notify_cq(srv->cq, 0);
+	if (ret)
+		return fail("ibv_req_notify_cq", ret);
+	srv->spinning = false;
+	n = cq_drain(srv);
+	return n < 0 ? n : 0;
 }

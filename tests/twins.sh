@@ -28,6 +28,8 @@ declare -A DESIGNED=(
 	[on_completion]="send_done needs the wr_id in one of them"
 	[serve]="the tick loop, or poll() on the descriptors"
 	[stats_print]="the event-driven server also counts its free reply buffers"
+	[usage]="the event-driven server has --busy-poll-us"
+	[parse_options]="... and reads it"
 )
 
 work=$(mktemp -d)
