@@ -140,8 +140,9 @@ EOF
 	echo "![aggregate writes/s against clients](scale.png)"
 } >"$out/results.md"
 
-# The plot: the client's writes/s against K, one line per window, and
-# ib_write_bw's rate as a horizontal line.
+# The plots, in one run of gnuplot (starting it takes seconds under
+# emulation).  The first: the client's writes/s against K, one line per
+# window, and ib_write_bw's rate as a horizontal line.
 for k in $ks; do
 	printf '%s' "$k"
 	for w in "${wins[@]}"; do printf '\t%s' "$(median client "$k" "$w")"; done
@@ -153,45 +154,41 @@ for w in "${wins[@]}"; do
 	plots+=", '$out/plot.dat' using 1:$col title 'rdma_pool_client, W=$w' with linespoints linewidth 2"
 	col=$((col + 1))
 done
-# gnuplot's fonts want a cache directory; the VM's home is read-only.
-XDG_CACHE_HOME=$(mktemp -d) gnuplot <<EOF
-set terminal pngcairo size 800,500 noenhanced
-set output '$out/writes_per_s.png'
-set title '4-byte RDMA WRITEs on Soft-RoCE (medians)'
-set xlabel 'K (a doorbell every K writes)'
-set ylabel 'writes per second'
-set logscale x 2
-set xrange [0.7:370]
-set xtics ($(echo "$ks" | paste -sd,))
-set yrange [0:*]
-set key bottom right
-set grid
-plot $plots
-EOF
-# The second plot: aggregate writes/s against clients, one line per server
-# (a block of scale.dat each, in the order they ran).
+# The second: aggregate writes/s against clients, one line per server (a
+# block of scale.dat each, in the order they ran).
 awk -F'\t' 'NR > 1 {
 	if ($1 != last) { if (NR > 2) printf "\n\n"; last = $1 }
 	printf "%d\t%.0f\n", $2, $3 / $5
 }' "$scale" >"$out/scale.dat"
-plots='' index=0
+scale_plots='' index=0
 while IFS= read -r server; do
-	plots+="${plots:+, }'$out/scale.dat' index $index using 1:2 title '$server' with linespoints linewidth 2"
+	scale_plots+="${scale_plots:+, }'$out/scale.dat' index $index using 1:2 title '$server' with linespoints linewidth 2"
 	index=$((index + 1))
 done <<<"$(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$scale")"
 clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
+# gnuplot's fonts want a cache directory; the VM's home is read-only.
 XDG_CACHE_HOME=$(mktemp -d) gnuplot <<EOF
 set terminal pngcairo size 800,500 noenhanced
-set output '$out/scale.png'
-set title 'Clients at once, 4-byte RDMA WRITEs on Soft-RoCE'
-set xlabel 'clients at once'
-set ylabel 'writes per second, all clients together'
 set logscale x 2
-set xrange [0.7:$(echo "$clients" | tail -n 1)*1.4]
-set xtics ($(echo "$clients" | paste -sd,))
 set yrange [0:*]
 set key bottom right
 set grid
+
+set output '$out/writes_per_s.png'
+set title '4-byte RDMA WRITEs on Soft-RoCE (medians)'
+set xlabel 'K (a doorbell every K writes)'
+set ylabel 'writes per second'
+set xrange [0.7:370]
+set xtics ($(echo "$ks" | paste -sd,))
 plot $plots
+
+set output '$out/scale.png'
+set title 'Clients at once, 4-byte RDMA WRITEs on Soft-RoCE'
+set xlabel 'clients at once'
+set key below
+set ylabel 'writes per second, all clients together'
+set xrange [0.7:$(echo "$clients" | tail -n 1)*1.4]
+set xtics ($(echo "$clients" | paste -sd,))
+plot $scale_plots
 EOF
 echo "bench: wrote $out/results.md, $out/writes_per_s.png and $out/scale.png" >&2
