@@ -383,25 +383,39 @@ measure_scale() {
 	done
 }
 
+# clients_at_once NAME...: a client per NAME, all at once, each
+# scale_writes writes into a slice of its own; fails if one does.  They
+# run at the lowest priority (nice 19), standing in for clients on other
+# machines: each busy-polls its CQ while a doorbell is on its way, and 32
+# of them at the server's priority on two CPUs would leave the one server
+# thread a 33rd of the time, as no remote client could (measured: doorbells
+# then waited over 10 s for an SRQ the server had no time to refill).
+clients_at_once() (
+	local name pid pids=()
+	renice -n 19 -p "$BASHPID" >/dev/null
+	for name; do
+		client_run "$name" --size "$scale_slice" \
+			-n "$scale_writes" -k "$scale_k" -w 1 &
+		pids+=($!)
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" || exit 1
+	done
+)
+
 # scale_row NAME N: N clients at once against the running server (NAME in
 # the table).  Wall time from the first client's start to the last one's
 # end; the server's CPU time and the RNR NAKs over the same span; every
 # doorbell checked.  Nothing else starts a program inside that span.
 scale_row() {
-	local name=$1 n=$2 i pids=() names=() from t0 t1 c0 c1 r0 r1 rung slowest
+	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
+	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
 	from=$(($(server_lines) + 1))
 	c0=$(server_cpu_ns)
 	r0=$(rnr_naks)
 	t0=$EPOCHREALTIME
-	for ((i = 1; i <= n; i++)); do
-		client_run "scale$i" --size "$scale_slice" \
-			-n "$scale_writes" -k "$scale_k" -w 1 &
-		pids+=($!)
-		names+=("scale$i")
-	done
-	for i in "${pids[@]}"; do
-		wait "$i" || die "a client of $n against $name failed"
-	done
+	clients_at_once "${names[@]}" ||
+		die "a client of $n against $name failed"
 	t1=$EPOCHREALTIME
 	c1=$(server_cpu_ns)
 	r1=$(rnr_naks)
