@@ -409,7 +409,8 @@ clients_at_once() (
 # scale_row NAME N: N clients at once against the running server (NAME in
 # the table).  Wall time from the first client's start to the last one's
 # end; the server's CPU time and the RNR NAKs over the same span; every
-# doorbell checked.  Nothing else starts a program inside that span.
+# doorbell checked.  Inside that span nothing but the clients (and the
+# renice that lowers them) starts a program.
 scale_row() {
 	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
 	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
