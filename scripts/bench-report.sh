@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # bench-report.sh OUTDIR CHECKED SMOKE: turns the numbers scripts/bench.sh
-# left in OUTDIR (rates.tsv, latency.tsv, cpu.tsv) into OUTDIR/results.md
-# and the plot OUTDIR/writes_per_s.png.  CHECKED is how many doorbells
-# were checked; SMOKE is 1 for the small run of make test.
+# left in OUTDIR (rates.tsv, latency.tsv, cpu.tsv, scale.tsv) into
+# OUTDIR/results.md and the plots OUTDIR/writes_per_s.png and
+# OUTDIR/scale.png.  CHECKED is how many doorbells were checked; SMOKE is 1
+# for the small run of make test.
 set -euo pipefail
 
 out=$1 checked=$2 smoke=$3
 rates=$out/rates.tsv
+scale=$out/scale.tsv
 
 # median WHAT K WINDOW [range]: the median writes/s of those rows of
 # rates.tsv; with "range", followed by the lowest and highest.
@@ -33,8 +35,8 @@ ratio() {
 
 bw=$(median ib_write_bw - -)
 rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
-# What bench.sh ran: writes, load (shell assignments it wrote).
-writes='' load='' where=''
+# What bench.sh ran: writes, load, scaling (shell assignments it wrote).
+writes='' load='' scaling='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 ks=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $2 }' "$rates" | sort -nu)
@@ -116,10 +118,31 @@ EOF
 	echo "Idle: nobody connected. Load: $load, all at once."
 	echo
 	echo "![writes/s against K](writes_per_s.png)"
+	echo
+	echo "## Scaling with clients, all at once"
+	echo
+	echo "| server | clients | writes/s | doorbells/s | server CPU s per 1000 doorbells | server % of a core | slowest client s | RNR NAKs |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+	awk -F'\t' 'NR > 1 {
+		printf "| %s | %d | %.0f | %.0f | %.3f | %.1f | %s | %s |\n", $1, $2,
+			$3 / $5, $4 / $5, 1000 * $6 / $4, 100 * $6 / $5, $7, $8
+	}' "$scale"
+	echo
+	echo "Each client: $scaling. writes/s and doorbells/s: all the" \
+		"clients' together, over the wall time from the first client's start" \
+		"to the last one's end (each client's start-up and connection" \
+		"included); the server's CPU time (from /proc/PID/schedstat) is" \
+		"over the same span. Slowest client: the longest of the clients' own" \
+		"stream times, first write to last doorbell. RNR NAKs: doorbells" \
+		"that found the SRQ empty and were retried (the device's" \
+		"send_rnr_err counter)."
+	echo
+	echo "![aggregate writes/s against clients](scale.png)"
 } >"$out/results.md"
 
-# The plot: the client's writes/s against K, one line per window, and
-# ib_write_bw's rate as a horizontal line.
+# The plots, in one run of gnuplot (starting it takes seconds under
+# emulation).  The first: the client's writes/s against K, one line per
+# window, and ib_write_bw's rate as a horizontal line.
 for k in $ks; do
 	printf '%s' "$k"
 	for w in "${wins[@]}"; do printf '\t%s' "$(median client "$k" "$w")"; done
@@ -131,19 +154,41 @@ for w in "${wins[@]}"; do
 	plots+=", '$out/plot.dat' using 1:$col title 'rdma_pool_client, W=$w' with linespoints linewidth 2"
 	col=$((col + 1))
 done
+# The second: aggregate writes/s against clients, one line per server (a
+# block of scale.dat each, in the order they ran).
+awk -F'\t' 'NR > 1 {
+	if ($1 != last) { if (NR > 2) printf "\n\n"; last = $1 }
+	printf "%d\t%.0f\n", $2, $3 / $5
+}' "$scale" >"$out/scale.dat"
+scale_plots='' index=0
+while IFS= read -r server; do
+	scale_plots+="${scale_plots:+, }'$out/scale.dat' index $index using 1:2 title '$server' with linespoints linewidth 2"
+	index=$((index + 1))
+done <<<"$(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$scale")"
+clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
 XDG_CACHE_HOME=$(mktemp -d) gnuplot <<EOF
 set terminal pngcairo size 800,500 noenhanced
+set logscale x 2
+set yrange [0:*]
+set key bottom right
+set grid
+
 set output '$out/writes_per_s.png'
 set title '4-byte RDMA WRITEs on Soft-RoCE (medians)'
 set xlabel 'K (a doorbell every K writes)'
 set ylabel 'writes per second'
-set logscale x 2
 set xrange [0.7:370]
 set xtics ($(echo "$ks" | paste -sd,))
-set yrange [0:*]
-set key bottom right
-set grid
 plot $plots
+
+set output '$out/scale.png'
+set title 'Clients at once, 4-byte RDMA WRITEs on Soft-RoCE'
+set xlabel 'clients at once'
+set key below
+set ylabel 'writes per second, all clients together'
+set xrange [0.7:$(echo "$clients" | tail -n 1)*1.4]
+set xtics ($(echo "$clients" | paste -sd,))
+plot $scale_plots
 EOF
-echo "bench: wrote $out/results.md and $out/writes_per_s.png" >&2
+echo "bench: wrote $out/results.md, $out/writes_per_s.png and $out/scale.png" >&2

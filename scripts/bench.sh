@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # make bench: the client's stream of 4-byte RDMA WRITEs against perftest's
 # ib_write_bw and ib_write_lat on the same Soft-RoCE device in the same boot,
-# and what each server costs in CPU time.  A measurement, not a test.
+# what each server costs in CPU time, and how each server scales with
+# clients.  A measurement, not a test.
 #
 #   scripts/soft-roce.sh scripts/bench.sh [--smoke] [OUTDIR]
 #
-# Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png (the plot),
-# the raw numbers (*.tsv) and every program's output (logs/).  OUTDIR is
-# bench-results/ by default (not committed).  --smoke is the same run made
-# small (a few hundred writes, K = 16, one round) for make test.
+# Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png and
+# OUTDIR/scale.png (the plots), the raw numbers (*.tsv) and every program's
+# output (logs/).  OUTDIR is bench-results/ by default (not committed).
+# --smoke is the same run made small (a few hundred writes, K = 16, one
+# round, up to 4 clients at once) for make test.
 #
 # Rates are noisy, on an emulated CPU above all, so each rate is measured
 # ROUNDS times, every configuration once per round in turn, and the median
@@ -30,19 +32,33 @@ out=${1:-$top/bench-results}
 if [ "$smoke" = 1 ]; then
 	writes=300 ks=(16) windows=(1 4) rounds=1 step_k=16
 	lat_doorbells=200 idle_seconds=1 load_clients=2 load_writes=300
+	scale_clients=(1 2 4) scale_writes=640
 else
 	writes=50000 ks=(1 4 16 64 256) windows=(1 4) rounds=5 step_k=64
 	lat_doorbells=2000 idle_seconds=10 load_clients=4 load_writes=20000
+	scale_clients=(1 2 4 8 16 32) scale_writes=20000
 fi
 # The load for the CPU comparison: clients at once, a doorbell every 4.
 load_k=4
 # Every slot of the slice is written at most once (1 MiB = 262144 slots),
 # so every doorbell must find exactly its own sequence number.
 slice=1048576
+# Scaling with clients: that many clients at once, each scale_writes writes
+# with a doorbell every scale_k, one doorbell in flight.  Each is granted a
+# slice of exactly its writes (every slot written once, as above; 20000
+# writes = 80 KiB, rounded up to whole 4 KiB chunks), and the server gets a
+# pool of exactly the most clients' slices (--pool-size), so they all fit
+# whatever scale_writes is.
+scale_k=64
+scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
 client=$top/rdma_pool_client
 ev_server=rdma_srq_pool_server_ev
 tick_server=rdma_pool_server
+# The servers the scaling runs, each "PROGRAM [OPTIONS...]": a variant with
+# options is one more entry, and the tables and the plot name it by that
+# string.
+scale_servers=("$tick_server" "$ev_server")
 port=7700     # our servers'
 pt_port=18600 # perftest's, a fresh one per run
 
@@ -56,10 +72,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$out/logs"
-rm -f "$out"/*.tsv "$out"/results.md "$out"/writes_per_s.png "$out"/logs/*
+rm -f "$out"/*.tsv "$out"/*.dat "$out"/results.md "$out"/*.png "$out"/logs/*
 
 say() {
-	echo "bench: $*" >&2
+	echo "bench: [${SECONDS}s] $*" >&2
 }
 die() {
 	say "$*"
@@ -68,18 +84,19 @@ die() {
 
 # ---- running things ---------------------------------------------------------
 
-# server_start PROGRAM: in the background, logging to $work/server.out;
-# returns once it listens.
+# server_start PROGRAM [OPTIONS...]: in the background, logging to
+# $work/server.out; returns once it listens.
 server_start() {
 	local i
 	port=$((port + 1))
-	"$top/$1" --port "$port" >"$work/server.out" 2>"$work/server.err" &
+	"$top/$1" --port "$port" "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	for ((i = 0; i < 200; i++)); do
 		grep -q '^listen ' "$work/server.out" && return 0
+		kill -0 "$server_pid" 2>/dev/null || break
 		sleep 0.1
 	done
-	die "$1 did not listen within 20 s: $(cat "$work/server.err")"
+	die "$* did not listen: $(cat "$work/server.err")"
 }
 
 server_stop() {
@@ -95,15 +112,76 @@ server_cpu() {
 	awk '{ print $14 + $15 }' "/proc/$server_pid/stat"
 }
 
-# client_run NAME ARGS...: one client against the current server, quiet;
-# its output in $work/NAME.out.
+# server_cpu_ns: the server's time on a CPU so far, in nanoseconds (the
+# first field of /proc/PID/task/TID/schedstat, summed over its threads).
+# The clock ticks of /proc/PID/stat come in 10 ms steps, too coarse for
+# a few hundred doorbells.  Bash's own read, no program: starting one
+# costs a fifth of a second under emulation.
+server_cpu_ns() {
+	local task ns total=0
+	for task in "/proc/$server_pid/task/"*/schedstat; do
+		read -r ns _ <"$task"
+		total=$((total + ns))
+	done
+	echo "$total"
+}
+
+# rnr_naks: "receiver not ready" NAKs the device's responders have sent so
+# far (a doorbell found the SRQ empty; the writer's NIC retries it), or "-"
+# where the device has no such counter.
+rnr_naks() {
+	local counter n total=-
+	for counter in /sys/class/infiniband/*/ports/*/hw_counters/send_rnr_err; do
+		[ -r "$counter" ] || continue
+		read -r n <"$counter"
+		total=$((${total#-} + n))
+	done
+	echo "$total"
+}
+
+# client_run NAME [--size BYTES] ARGS...: one client against the current
+# server, quiet, asking for BYTES (default: $slice); its output in
+# $work/NAME.out (clients_log keeps it, once the timing is done).
 client_run() {
-	local name=$1
+	local name=$1 size=$slice
 	shift
-	timeout 300 "$client" --port "$port" --quiet "$RDMA_ADDR" "$slice" \
+	if [ "${1:-}" = --size ]; then
+		size=$2
+		shift 2
+	fi
+	timeout 300 "$client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
 		"$@" >"$work/$name.out" 2>&1 ||
 		die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
-	cat "$work/$name.out" >>"$out/logs/clients.out"
+}
+
+# clients_log NAME...: those client runs' output into logs/clients.out.
+clients_log() {
+	local name files=()
+	for name; do files+=("$work/$name.out"); done
+	cat "${files[@]}" >>"$out/logs/clients.out"
+}
+
+# clients_done NAME...: the doorbells those client runs rang, all together,
+# and the longest of their own times (the seconds= of their "done" lines);
+# fails if one has no "done" line.
+clients_done() {
+	local name files=()
+	for name; do files+=("$work/$name.out"); done
+	awk '$1 == "done" {
+		for (i = 2; i <= NF; i++) {
+			split($i, kv, "=")
+			f[kv[1]] = kv[2] + 0
+		}
+		rung += f["doorbells"]
+		if (f["seconds"] > slowest)
+			slowest = f["seconds"]
+		n++
+	}
+	END {
+		if (n != ARGC - 1)
+			exit 1
+		print rung, slowest + 0
+	}' "${files[@]}"
 }
 
 # doorbells_of NAME: how many doorbells that client run rang.
@@ -149,6 +227,7 @@ client_checked() {
 	local from
 	from=$(($(server_lines) + 1))
 	client_run "$@"
+	clients_log "$1"
 	doorbells_check "$from" 1 "$(doorbells_of "$1")"
 }
 
@@ -272,6 +351,7 @@ measure_cpu() {
 		rung=0
 		for ((i = 1; i <= load_clients; i++)); do
 			rung=$((rung + $(doorbells_of "load$i")))
+			clients_log "load$i"
 		done
 		doorbells_check "$from" "$load_clients" "$rung"
 		server_stop
@@ -282,14 +362,89 @@ measure_cpu() {
 	done
 }
 
+scale=$out/scale.tsv
+printf 'server\tclients\twrites\tdoorbells\twall_s\tcpu_s\tslowest_s\trnr_naks\n' >"$scale"
+
+# How each server copes with more clients at once: for every entry of
+# scale_servers, one server, and on it every count of scale_clients in turn.
+measure_scale() {
+	local entry n
+	local -a server
+	for entry in "${scale_servers[@]}"; do
+		say "scaling of $entry"
+		read -r -a server <<<"$entry"
+		server_start "${server[@]}" \
+			--pool-size "$((scale_slice * scale_clients[-1]))"
+		# The first client makes the server open the device (pool MR,
+		# SRQ, CQ: verbs_open), once; that is not what the rows measure.
+		client_checked warm-up --size "$scale_slice" -n "$scale_k" -k "$scale_k"
+		for n in "${scale_clients[@]}"; do
+			say "scaling of $entry: $n client(s) at once"
+			scale_row "$entry" "$n"
+		done
+		server_stop
+	done
+}
+
+# clients_at_once NAME...: a client per NAME, all at once, each
+# scale_writes writes into a slice of its own; fails if one does.  They
+# run at the lowest priority (nice 19), standing in for clients on other
+# machines: each busy-polls its CQ while a doorbell is on its way, and 32
+# of them at the server's priority on two CPUs would leave the one server
+# thread a 33rd of the time, as no remote client could (measured: doorbells
+# then waited over 10 s for an SRQ the server had no time to refill).
+clients_at_once() (
+	local name pid pids=()
+	renice -n 19 -p "$BASHPID" >/dev/null
+	for name; do
+		client_run "$name" --size "$scale_slice" \
+			-n "$scale_writes" -k "$scale_k" -w 1 &
+		pids+=($!)
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" || exit 1
+	done
+)
+
+# scale_row NAME N: N clients at once against the running server (NAME in
+# the table).  Wall time from the first client's start to the last one's
+# end; the server's CPU time and the RNR NAKs over the same span; every
+# doorbell checked.  Inside that span nothing but the clients (and the
+# renice that lowers them) starts a program.
+scale_row() {
+	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
+	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
+	from=$(($(server_lines) + 1))
+	c0=$(server_cpu_ns)
+	r0=$(rnr_naks)
+	t0=$EPOCHREALTIME
+	clients_at_once "${names[@]}" ||
+		die "a client of $n against $name failed"
+	t1=$EPOCHREALTIME
+	c1=$(server_cpu_ns)
+	r1=$(rnr_naks)
+	clients_log "${names[@]}"
+	read -r rung slowest <<<"$(clients_done "${names[@]}")"
+	[ -n "$slowest" ] || die "a client of $n against $name said no 'done'"
+	doorbells_check "$from" "$n" "$rung"
+	awk -v s="$name" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
+		-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
+		-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
+		'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
+			 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
+			 (r0 == "-" ? "-" : r1 - r0) }' >>"$scale"
+}
+
 {
 	printf 'writes=%q\n' "$writes"
 	printf 'load=%q\n' "$load_clients clients, each $load_writes writes with a doorbell every $load_k"
+	printf 'scaling=%q\n' "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes"
 	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device $(cd /sys/class/infiniband && echo *) at $RDMA_ADDR"
 } >"$out/run.env"
 measure_rates
 measure_latency
 measure_cpu
+measure_scale
 say "doorbells checked: $doorbells_checked, all in order with value == seq"
 
 # ---- the report -------------------------------------------------------------
