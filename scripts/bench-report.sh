@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench-report.sh OUTDIR CHECKED SMOKE: turns the numbers scripts/bench.sh
 # left in OUTDIR (rates.tsv, latency.tsv, cpu.tsv, scale.tsv) into
-# OUTDIR/results.md and the plots OUTDIR/writes_per_s.png and
-# OUTDIR/scale.png.  CHECKED is how many doorbells were checked; SMOKE is 1
-# for the small run of make test.
+# OUTDIR/results.md and the plots OUTDIR/writes_per_s.png,
+# OUTDIR/busy_poll.png and OUTDIR/scale.png.  CHECKED is how many doorbells
+# were checked; SMOKE is 1 for the small run of make test.
 set -euo pipefail
 
 out=$1 checked=$2 smoke=$3
@@ -29,14 +29,42 @@ median() {
 		}' "$rates"
 }
 
+# latency_table: one row per server of latency.tsv, in the order they
+# ran: the medians over the rounds of each round's median and p99 round
+# trip (with the lowest and highest median) and of the idle CPU.
+latency_table() {
+	awk -F'\t' '
+		function med(list,   n, v, i, j, t) {
+			n = split(list, v, " ")
+			for (i = 2; i <= n; i++)
+				for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
+					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+				}
+			lo = v[1]; hi = v[n]
+			return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+		}
+		NR > 1 {
+			if (!($1 in m)) order[k++] = $1
+			m[$1] = m[$1] " " $3; p[$1] = p[$1] " " $4; c[$1] = c[$1] " " $5
+		}
+		END {
+			for (i = 0; i < k; i++) {
+				w = order[i]
+				pm = med(p[w]); cm = med(c[w]); mm = med(m[w])
+				printf "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n", w, mm, lo, hi, pm,
+					(c[w] ~ /-/) ? "-" : sprintf("%.2f", cm)
+			}
+		}' "$out/latency.tsv"
+}
+
 ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 }
 
 bw=$(median ib_write_bw - -)
 rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
-# What bench.sh ran: writes, load, scaling (shell assignments it wrote).
-writes='' load='' scaling='' where=''
+# What bench.sh ran: writes, load, scaling, lat (shell assignments it wrote).
+writes='' load='' scaling='' lat='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 ks=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $2 }' "$rates" | sort -nu)
@@ -93,19 +121,40 @@ client|(defaults)|yes|yes|1
 client|-w ${wins[-1]}|yes|yes|${wins[-1]}
 EOF
 	echo
-	echo "## Doorbell round trip (4 bytes)"
+	echo "## Doorbell round trip (4 bytes), and idle CPU, by busy-poll budget"
 	echo
-	echo "| measure | median µs | p99 µs |"
-	echo "|---|---:|---:|"
-	awk -F'\t' 'NR > 1 {
-		what = $1
-		if (what == "ib_write_lat") {
-			printf "| ib_write_lat -s 4 -R (half a ping-pong round trip) | %s | %s |\n", $2, $3
-			printf "| the same doubled: a whole round trip | %.1f | %.1f |\n", 2 * $2, 2 * $3
+	echo "| measure | median µs | p99 µs | idle after serving: % of a core |"
+	echo "|---|---:|---:|---:|"
+	latency_table | awk -F'\t' '{
+		range = ($3 != $4) ? sprintf(" (%s-%s)", $3, $4) : ""
+		if ($1 == "ib_write_lat") {
+			printf "| ib_write_lat -s 4 -R (half a ping-pong round trip) | %s | %s | - |\n", $2, $5
+			printf "| the same doubled: a whole round trip | %.1f | %.1f | - |\n", 2 * $2, 2 * $5
 		} else {
-			printf "| rdma_pool_client -k 1 -w 1 against %s | %s | %s |\n", substr(what, 8), $2, $3
+			printf "| rdma_pool_client -k 1 -w 1 against %s | %s%s | %s | %s |\n", $1, $2, range, $5, $6
 		}
-	}' "$out/latency.tsv"
+	}'
+	echo
+	echo "Each server: $lat. Median and p99: the medians over the rounds (in" \
+		"brackets, the lowest and highest median). Idle: the server's CPU" \
+		"time (from /proc/PID/schedstat) in the seconds after the client left."
+	echo
+	latency_table | awk -F'\t' -v ev=rdma_srq_pool_server_ev -v tick=rdma_pool_server '
+		$1 == ev { em = $2; ep = $5; ei = $6 }
+		$1 == tick { tm = $2; tp = $5 }
+		END {
+			if (!tm || !em) exit
+			r = em / tm
+			printf "Targets, %s (its default busy-poll budget) against %s:" \
+				" median %.2f x the tick loop'"'"'s (target at most 1.20: %s);" \
+				" p99 %.1f against %.1f µs (target no worse: %s);" \
+				" idle %s%% of a core (target under 1%%: %s).\n",
+				ev, tick, r, (r <= 1.2) ? "met" : "NOT met",
+				ep, tp, (ep <= tp) ? "met" : "NOT met",
+				ei, (ei + 0 < 1) ? "met" : "NOT met"
+		}'
+	echo
+	echo "![round trip and idle CPU against the busy-poll budget](busy_poll.png)"
 	echo
 	echo "## Server CPU time (user + system, from /proc/PID/stat)"
 	echo
@@ -166,6 +215,14 @@ while IFS= read -r server; do
 	index=$((index + 1))
 done <<<"$(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$scale")"
 clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
+# The third: the event-driven server's round trip (median, p99) and idle
+# CPU against its busy-poll budget, with the tick loop's round trip as
+# lines; a budget per x position, in the order they ran.
+latency_table | awk -F'\t' '
+	$1 ~ /--busy-poll-us / { n = split($1, w, " "); printf "%d\t%s\t%s\t%s\t%s\n", i++, w[n], $2, $5, $6 }
+' >"$out/busy_poll.dat"
+read -r tick_median tick_p99 <<<"$(latency_table | awk -F'\t' '$1 == "rdma_pool_server" { print $2, $5 }')"
+budget_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/busy_poll.dat")
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
 XDG_CACHE_HOME=$(mktemp -d) gnuplot <<EOF
 set terminal pngcairo size 800,500 noenhanced
@@ -190,5 +247,24 @@ set ylabel 'writes per second, all clients together'
 set xrange [0.7:$(echo "$clients" | tail -n 1)*1.4]
 set xtics ($(echo "$clients" | paste -sd,))
 plot $scale_plots
+
+set output '$out/busy_poll.png'
+set title 'Doorbell round trip and idle CPU of rdma_srq_pool_server_ev, by busy-poll budget'
+unset logscale x
+set logscale y
+set xlabel '--busy-poll-us'
+set xrange [-0.5:*]
+set xtics ($budget_tics)
+set ylabel 'round trip, µs'
+set yrange [*:*]
+set y2label 'idle CPU after serving, % of a core'
+set y2range [0:*]
+set y2tics
+set key below
+plot '$out/busy_poll.dat' using 1:3 title 'median round trip' with linespoints linewidth 2, \
+     '$out/busy_poll.dat' using 1:4 title 'p99 round trip' with linespoints linewidth 2, \
+     ${tick_median:-0} title 'rdma_pool_server median' with lines dashtype 2, \
+     ${tick_p99:-0} title 'rdma_pool_server p99' with lines dashtype 3, \
+     '$out/busy_poll.dat' using 1:5 axes x1y2 title 'idle CPU' with linespoints linewidth 2
 EOF
-echo "bench: wrote $out/results.md, $out/writes_per_s.png and $out/scale.png" >&2
+echo "bench: wrote $out/results.md, $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png" >&2

@@ -33,10 +33,12 @@ if [ "$smoke" = 1 ]; then
 	writes=300 ks=(16) windows=(1 4) rounds=1 step_k=16
 	lat_doorbells=200 idle_seconds=1 load_clients=2 load_writes=300
 	scale_clients=(1 2 4) scale_writes=640
+	budgets=(0 100) lat_rounds=1 lat_idle_seconds=1
 else
 	writes=50000 ks=(1 4 16 64 256) windows=(1 4) rounds=5 step_k=64
 	lat_doorbells=2000 idle_seconds=10 load_clients=4 load_writes=20000
 	scale_clients=(1 2 4 8 16 32) scale_writes=20000
+	budgets=(0 10 20 50 100 200 500 1000) lat_rounds=3 lat_idle_seconds=3
 fi
 # The load for the CPU comparison: clients at once, a doorbell every 4.
 load_k=4
@@ -55,10 +57,18 @@ scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 client=$top/rdma_pool_client
 ev_server=rdma_srq_pool_server_ev
 tick_server=rdma_pool_server
-# The servers the scaling runs, each "PROGRAM [OPTIONS...]": a variant with
-# options is one more entry, and the tables and the plot name it by that
-# string.
-scale_servers=("$tick_server" "$ev_server")
+# The servers compared, each "PROGRAM [OPTIONS...]": a variant with options
+# is one more entry, and the tables and the plots name it by that string.
+# The event-driven server runs plain (--busy-poll-us 0: get, ack, re-arm,
+# drain at every wake-up) and with its default hybrid polling.
+servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
+scale_servers=("${servers[@]}")
+# The round trip against the tick loop, and against the event-driven server
+# with each budget of hybrid polling (--busy-poll-us), then idle: the curve.
+latency_servers=("$tick_server" "$ev_server")
+for b in "${budgets[@]}"; do
+	latency_servers+=("$ev_server --busy-poll-us $b")
+done
 port=7700     # our servers'
 pt_port=18600 # perftest's, a fresh one per run
 
@@ -299,25 +309,39 @@ measure_rates() {
 	server_stop
 }
 
-latency=$out/latency.tsv # what  median_us  p99_us
-printf 'what\tmedian_us\tp99_us\n' >"$latency"
+latency=$out/latency.tsv # what  round  median_us  p99_us  idle_pct
+printf 'what\tround\tmedian_us\tp99_us\tidle_pct\n' >"$latency"
 
 # ib_write_lat's ping-pong, and the client's doorbell round trip (K = 1,
-# one in flight) against each server.
+# one in flight) against each of latency_servers, round after round; each
+# time followed by the server's CPU while idle, just after it served: the
+# event-driven server with a busy-poll budget is still spinning then, and
+# must fall asleep within its budget.
 measure_latency() {
-	local server
+	local r entry a b
+	local -a server
 	say "latency"
 	perftest ib_write_lat lat -s 4 -n "$lat_doorbells"
 	# t_typical (the median) and the 99th percentile.
 	perftest_row "$work/lat.out" |
-		awk '{ printf "ib_write_lat\t%s\t%s\n", $5, $8 }' >>"$latency"
-	for server in "$ev_server" "$tick_server"; do
-		server_start "$server"
-		client_checked lat -n "$lat_doorbells" -k 1 -w 1
-		printf 'client %s\t%s\t%s\n' "$server" \
-			"$(field median_us "$work/lat.out")" \
-			"$(field p99_us "$work/lat.out")" >>"$latency"
-		server_stop
+		awk '{ printf "ib_write_lat\t1\t%s\t%s\t-\n", $5, $8 }' >>"$latency"
+	for ((r = 1; r <= lat_rounds; r++)); do
+		for entry in "${latency_servers[@]}"; do
+			say "latency, round $r of $lat_rounds: $entry"
+			read -r -a server <<<"$entry"
+			server_start "${server[@]}"
+			client_checked lat -n "$lat_doorbells" -k 1 -w 1
+			a=$(server_cpu_ns)
+			sleep "$lat_idle_seconds"
+			b=$(server_cpu_ns)
+			printf '%s\t%d\t%s\t%s\t%s\n' "$entry" "$r" \
+				"$(field median_us "$work/lat.out")" \
+				"$(field p99_us "$work/lat.out")" \
+				"$(awk -v a="$a" -v b="$b" -v s="$lat_idle_seconds" \
+					'BEGIN { printf "%.2f", (b - a) / (s * 1e7) }')" \
+				>>"$latency"
+			server_stop
+		done
 	done
 }
 
@@ -329,9 +353,11 @@ printf 'server\tidle_s\tidle_cpu_s\tload_s\tload_cpu_s\n' >"$cpu"
 measure_cpu() {
 	local server hz a b c start end i pids from rung
 	hz=$(getconf CLK_TCK)
-	for server in "$ev_server" "$tick_server"; do
+	local -a argv
+	for server in "${servers[@]}"; do
 		say "CPU time of $server"
-		server_start "$server"
+		read -r -a argv <<<"$server"
+		server_start "${argv[@]}"
 		sleep 1 # let it settle after start-up
 		a=$(server_cpu)
 		sleep "$idle_seconds"
@@ -439,6 +465,7 @@ scale_row() {
 	printf 'writes=%q\n' "$writes"
 	printf 'load=%q\n' "$load_clients clients, each $load_writes writes with a doorbell every $load_k"
 	printf 'scaling=%q\n' "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes"
+	printf 'lat=%q\n' "$lat_rounds round(s) of $lat_doorbells doorbells each (K=1, W=1), every server once per round in turn, then $lat_idle_seconds s idle"
 	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device $(cd /sys/class/infiniband && echo *) at $RDMA_ADDR"
 } >"$out/run.env"
 measure_rates

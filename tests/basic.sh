@@ -105,17 +105,37 @@ is_png() {
 }
 
 # scale_row_missing RESULTS: the first row of the smoke run's scaling table
-# (each server with 1, 2 and 4 clients at once) that RESULTS lacks, or
+# (the tick loop, and the event-driven server plain and hybrid, each with
+# 1, 2 and 4 clients at once) that RESULTS lacks, or
 # has with a number that is not positive; nothing if all are there.  The
 # last column, RNR NAKs, may be 0 (or - where rxe has no counter).
 scale_row_missing() {
 	local server n pos='[0-9.]*[1-9][0-9.]*'
-	for server in rdma_pool_server rdma_srq_pool_server_ev; do
+	for server in rdma_pool_server "rdma_srq_pool_server_ev --busy-poll-us 0" rdma_srq_pool_server_ev; do
 		for n in 1 2 4; do
 			grep -Eq "^\| $server \| $n( \| $pos){5} \| ([0-9]+|-) \|\$" "$1" ||
 				echo "$server with $n client(s)"
 		done
 	done | head -n 1
+}
+
+# latency_row_missing RESULTS: the first row of the smoke run's round-trip
+# table (perftest's, then the client against the tick loop and against the
+# event-driven server by default and with budgets 0 and 100) that RESULTS
+# lacks, or has without a positive median and p99 or an idle CPU figure;
+# nothing if all are there.
+latency_row_missing() {
+	local what pos='[0-9.]*[1-9][0-9.]*'
+	{
+		grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" ||
+			echo ib_write_lat
+		for what in rdma_pool_server rdma_srq_pool_server_ev \
+			"rdma_srq_pool_server_ev --busy-poll-us 0" \
+			"rdma_srq_pool_server_ev --busy-poll-us 100"; do
+			grep -Eq "^\| rdma_pool_client -k 1 -w 1 against $what \| $pos( \([0-9.]+-[0-9.]+\))? \| $pos \| [0-9]+\.[0-9]+ \|\$" "$1" ||
+				echo "$what"
+		done
+	} | head -n 1
 }
 
 # A smoke run of make bench (scripts/bench.sh --smoke): a few hundred
@@ -134,10 +154,14 @@ test_bench_smoke() {
 		why="no ib_write_bw rate in results.md"
 	elif ! grep -Eq '^\| rdma_pool_client \| 16 \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \|$' "$dir/results.md"; then
 		why="no client rates for K=16, W=1 and W=4, in results.md"
-	elif [ "$(grep -Ec '^\| (ib_write_lat|rdma_pool_client -k 1).* \| [0-9.]*[1-9][0-9.]* \| [0-9.]*[1-9][0-9.]* \|$' "$dir/results.md")" != 3 ]; then
-		why="not 3 latency rows with a median and a p99 in results.md"
-	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 2 ]; then
-		why="not 2 CPU rows, one per server, in results.md"
+	elif missing=$(latency_row_missing "$dir/results.md") && [ -n "$missing" ]; then
+		why="no round-trip row for $missing, with a positive median and p99 and an idle CPU, in results.md"
+	elif ! grep -Eq '^Targets, rdma_srq_pool_server_ev .* median [0-9.]+ x .* p99 [0-9.]+ against [0-9.]+ .* idle [0-9.]+% ' "$dir/results.md"; then
+		why="no line that holds the default busy-poll budget to its targets, in results.md"
+	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev( --busy-poll-us 0)?) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 3 ]; then
+		why="not 3 CPU rows (the tick loop, the event-driven server plain and hybrid) in results.md"
+	elif ! is_png "$dir/busy_poll.png"; then
+		why="busy_poll.png is not a PNG"
 	elif ! is_png "$dir/writes_per_s.png"; then
 		why="writes_per_s.png is not a PNG"
 	elif missing=$(scale_row_missing "$dir/results.md") && [ -n "$missing" ]; then
