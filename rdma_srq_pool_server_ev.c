@@ -1058,8 +1058,13 @@ int main(int argc, char **argv)
 /* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
 #define DEFAULT_MAX_CONNS 64
 #define MAX_MAX_CONNS 1024
-/* Hybrid polling (--busy-poll-us): see cq_spin() and README's numbers. */
-#define DEFAULT_BUSY_POLL_US 100
+/*
+ * Hybrid polling (--busy-poll-us), see cq_spin().  The budget must outlast
+ * the gap between one client's doorbells, a round trip when it waits for
+ * each (40 to 100 us on Soft-RoCE in the VM), or the server falls asleep
+ * between them and gains nothing: docs/performance.md has the curve.
+ */
+#define DEFAULT_BUSY_POLL_US 200
 #define MAX_BUSY_POLL_US 1000000
 
 static void usage(FILE *out)

@@ -30,8 +30,9 @@ median() {
 }
 
 # latency_table: one row per server of latency.tsv, in the order they
-# ran: the medians over the rounds of each round's median and p99 round
-# trip (with the lowest and highest median) and of the idle CPU.
+# ran: the medians over its runs (every client of every round) of each
+# run's median and p99 round trip (with the lowest and highest median) and
+# of the idle CPU.
 latency_table() {
 	awk -F'\t' '
 		function med(list,   n, v, i, j, t) {
@@ -63,8 +64,9 @@ ratio() {
 
 bw=$(median ib_write_bw - -)
 rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
-# What bench.sh ran: writes, load, scaling, lat (shell assignments it wrote).
-writes='' load='' scaling='' lat='' where=''
+# What bench.sh ran: writes, load, scaling, lat, the event-driven server's
+# default busy_default (shell assignments it wrote).
+writes='' load='' scaling='' lat='' busy_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 ks=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $2 }' "$rates" | sort -nu)
@@ -125,7 +127,8 @@ EOF
 	echo
 	echo "| measure | median µs | p99 µs | idle after serving: % of a core |"
 	echo "|---|---:|---:|---:|"
-	latency_table | awk -F'\t' '{
+	latency_table | awk -F'\t' -v def="rdma_srq_pool_server_ev --busy-poll-us $busy_default" '{
+		if ($1 == def) $1 = $1 " (the default)"
 		range = ($3 != $4) ? sprintf(" (%s-%s)", $3, $4) : ""
 		if ($1 == "ib_write_lat") {
 			printf "| ib_write_lat -s 4 -R (half a ping-pong round trip) | %s | %s | - |\n", $2, $5
@@ -135,11 +138,11 @@ EOF
 		}
 	}'
 	echo
-	echo "Each server: $lat. Median and p99: the medians over the rounds (in" \
-		"brackets, the lowest and highest median). Idle: the server's CPU" \
+	echo "Each server: $lat. Median and p99: the medians over all its clients'" \
+		"(in brackets, the lowest and highest median). Idle: the server's CPU" \
 		"time (from /proc/PID/schedstat) in the seconds after the client left."
 	echo
-	latency_table | awk -F'\t' -v ev=rdma_srq_pool_server_ev -v tick=rdma_pool_server '
+	latency_table | awk -F'\t' -v ev="rdma_srq_pool_server_ev --busy-poll-us $busy_default" -v tick=rdma_pool_server '
 		$1 == ev { em = $2; ep = $5; ei = $6 }
 		$1 == tick { tm = $2; tp = $5 }
 		END {

@@ -6,11 +6,12 @@
 #
 #   scripts/soft-roce.sh scripts/bench.sh [--smoke] [OUTDIR]
 #
-# Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png and
-# OUTDIR/scale.png (the plots), the raw numbers (*.tsv) and every program's
+# Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png,
+# OUTDIR/busy_poll.png and OUTDIR/scale.png (the plots), the raw numbers (*.tsv) and every program's
 # output (logs/).  OUTDIR is bench-results/ by default (not committed).
 # --smoke is the same run made small (a few hundred writes, K = 16, one
-# round, up to 4 clients at once) for make test.
+# round, busy-poll budgets 0 and the default, up to 4 clients at once) for
+# make test.
 #
 # Rates are noisy, on an emulated CPU above all, so each rate is measured
 # ROUNDS times, every configuration once per round in turn, and the median
@@ -32,13 +33,13 @@ out=${1:-$top/bench-results}
 if [ "$smoke" = 1 ]; then
 	writes=300 ks=(16) windows=(1 4) rounds=1 step_k=16
 	lat_doorbells=200 idle_seconds=1 load_clients=2 load_writes=300
-	scale_clients=(1 2 4) scale_writes=640
-	budgets=(0 100) lat_rounds=1 lat_idle_seconds=1
+	scale_clients=(1 4) scale_writes=640
+	budgets=(0) lat_rounds=1 lat_clients=1 lat_idle_seconds=1
 else
 	writes=50000 ks=(1 4 16 64 256) windows=(1 4) rounds=5 step_k=64
-	lat_doorbells=2000 idle_seconds=10 load_clients=4 load_writes=20000
+	lat_doorbells=1000 idle_seconds=10 load_clients=4 load_writes=20000
 	scale_clients=(1 2 4 8 16 32) scale_writes=20000
-	budgets=(0 10 20 50 100 200 500 1000) lat_rounds=3 lat_idle_seconds=3
+	budgets=(0 10 20 50 100 200 500 2000) lat_rounds=4 lat_clients=3 lat_idle_seconds=2
 fi
 # The load for the CPU comparison: clients at once, a doorbell every 4.
 load_k=4
@@ -63,12 +64,10 @@ tick_server=rdma_pool_server
 # drain at every wake-up) and with its default hybrid polling.
 servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
-# The round trip against the tick loop, and against the event-driven server
-# with each budget of hybrid polling (--busy-poll-us), then idle: the curve.
-latency_servers=("$tick_server" "$ev_server")
-for b in "${budgets[@]}"; do
-	latency_servers+=("$ev_server --busy-poll-us $b")
-done
+# The smoke run (make test) scales only the two servers as they start.
+if [ "$smoke" = 1 ]; then
+	scale_servers=("$tick_server" "$ev_server")
+fi
 port=7700     # our servers'
 pt_port=18600 # perftest's, a fresh one per run
 
@@ -91,6 +90,18 @@ die() {
 	say "$*"
 	exit 1
 }
+
+# The round trip against the tick loop, and against the event-driven server
+# with each budget of hybrid polling (--busy-poll-us), then idle: the curve.
+# Its default budget (from its --help) is always one of them.
+busy_default=$("$top/$ev_server" --help | tr '\n' ' ' |
+	sed -n 's/.*--busy-poll-us N[^(]*(default \([0-9]*\)).*/\1/p')
+[ -n "$busy_default" ] || die "$ev_server --help names no default for --busy-poll-us"
+read -r -a budgets <<<"$(printf '%s\n' "${budgets[@]}" "$busy_default" | sort -nu | paste -sd' ')"
+latency_servers=("$tick_server")
+for b in "${budgets[@]}"; do
+	latency_servers+=("$ev_server --busy-poll-us $b")
+done
 
 # ---- running things ---------------------------------------------------------
 
@@ -313,13 +324,15 @@ latency=$out/latency.tsv # what  round  median_us  p99_us  idle_pct
 printf 'what\tround\tmedian_us\tp99_us\tidle_pct\n' >"$latency"
 
 # ib_write_lat's ping-pong, and the client's doorbell round trip (K = 1,
-# one in flight) against each of latency_servers, round after round; each
-# time followed by the server's CPU while idle, just after it served: the
-# event-driven server with a busy-poll budget is still spinning then, and
-# must fall asleep within its budget.
+# one in flight) against each of latency_servers, round after round,
+# lat_clients clients one after the other each time; then the server's CPU
+# while idle, just after it served: the event-driven server with a
+# busy-poll budget is still polling then, and must fall asleep within its
+# budget.  Under emulation one client's median swings by 2x from one run
+# to the next, so every row of the report is a median over many.
 measure_latency() {
-	local r entry a b
-	local -a server
+	local r c entry a b idle
+	local -a server rows
 	say "latency"
 	perftest ib_write_lat lat -s 4 -n "$lat_doorbells"
 	# t_typical (the median) and the 99th percentile.
@@ -330,16 +343,20 @@ measure_latency() {
 			say "latency, round $r of $lat_rounds: $entry"
 			read -r -a server <<<"$entry"
 			server_start "${server[@]}"
-			client_checked lat -n "$lat_doorbells" -k 1 -w 1
+			rows=()
+			for ((c = 1; c <= lat_clients; c++)); do
+				client_checked lat -n "$lat_doorbells" -k 1 -w 1
+				rows+=("$(field median_us "$work/lat.out")	$(field p99_us "$work/lat.out")")
+			done
 			a=$(server_cpu_ns)
 			sleep "$lat_idle_seconds"
 			b=$(server_cpu_ns)
-			printf '%s\t%d\t%s\t%s\t%s\n' "$entry" "$r" \
-				"$(field median_us "$work/lat.out")" \
-				"$(field p99_us "$work/lat.out")" \
-				"$(awk -v a="$a" -v b="$b" -v s="$lat_idle_seconds" \
-					'BEGIN { printf "%.2f", (b - a) / (s * 1e7) }')" \
-				>>"$latency"
+			idle=$(awk -v a="$a" -v b="$b" -v s="$lat_idle_seconds" \
+				'BEGIN { printf "%.2f", (b - a) / (s * 1e7) }')
+			for c in "${!rows[@]}"; do
+				printf '%s\t%d.%d\t%s\t%s\n' "$entry" "$r" "$((c + 1))" \
+					"${rows[$c]}" "$idle" >>"$latency"
+			done
 			server_stop
 		done
 	done
@@ -465,7 +482,8 @@ scale_row() {
 	printf 'writes=%q\n' "$writes"
 	printf 'load=%q\n' "$load_clients clients, each $load_writes writes with a doorbell every $load_k"
 	printf 'scaling=%q\n' "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes"
-	printf 'lat=%q\n' "$lat_rounds round(s) of $lat_doorbells doorbells each (K=1, W=1), every server once per round in turn, then $lat_idle_seconds s idle"
+	printf 'lat=%q\n' "$lat_rounds round(s), every server once per round in turn; each time $lat_clients client(s) of $lat_doorbells doorbells (K=1, W=1) one after the other, then $lat_idle_seconds s idle"
+	printf 'busy_default=%q\n' "$busy_default"
 	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device $(cd /sys/class/infiniband && echo *) at $RDMA_ADDR"
 } >"$out/run.env"
 measure_rates
