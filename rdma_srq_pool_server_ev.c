@@ -26,8 +26,10 @@
  *     server_close            everything, in reverse order
  *
  * Below the banner "Beyond the core path" is what a first read may skip:
- * the command line, signals and statistics, asynchronous events, and the
- * memory windows of --isolation mw.
+ * the command line, signals and statistics, asynchronous events, the
+ * memory windows of --isolation mw, and hybrid polling (cq_spin): by
+ * default the re-arm waits while completions keep coming, and serve()
+ * polls the CQ itself until none has come for --busy-poll-us.
  *
  * rdma_pool_server.c is this same server driven by a polling tick; the two
  * files differ only where the designs differ, so
