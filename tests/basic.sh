@@ -146,7 +146,7 @@ latency_row_missing() {
 # Measured on a quiet machine: about 50 s before the busy-poll rows and the
 # scaling rows, 96 s with them; the timeout only stops a hang.
 test_bench_smoke() {
-	local t=bench_smoke dir=$work/bench status=0 why='' missing
+	local t=bench_smoke dir=$work/bench status=0 why='' missing idle
 	timeout 900 "$top/scripts/bench.sh" --smoke "$dir" >"$work/bench.out" 2>&1 || status=$?
 	if [ "$status" != 0 ]; then
 		why="bench.sh --smoke exited $status: $(tail -n 3 "$work/bench.out")"
@@ -158,6 +158,11 @@ test_bench_smoke() {
 		why="no round-trip row for $missing, with a positive median and p99 and an idle CPU, in results.md"
 	elif ! grep -Eq '^Targets, rdma_srq_pool_server_ev .* median [0-9.]+ x .* p99 [0-9.]+ against [0-9.]+ .* idle [0-9.]+% ' "$dir/results.md"; then
 		why="no line that holds the default busy-poll budget to its targets, in results.md"
+	elif idle=$(sed -n 's/^Targets, .* idle \([0-9.]*\)% .*/\1/p' "$dir/results.md") &&
+		! awk -v i="$idle" 'BEGIN { exit !(i < 10) }'; then
+		# Measured: 0.2 to 0.3%; a server that never fell asleep would use
+		# a whole core.
+		why="rdma_srq_pool_server_ev with its default busy-poll budget used $idle% of a core while idle: it does not fall asleep"
 	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev( --busy-poll-us 0)?) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 3 ]; then
 		why="not 3 CPU rows (the tick loop, the event-driven server plain and hybrid) in results.md"
 	elif ! is_png "$dir/busy_poll.png"; then
