@@ -1,26 +1,39 @@
 # shellcheck shell=bash
-# vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM,
-# rxe looping back inside it) and vm-pair.sh (two VMs on one virtual cable).
+# vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM that
+# stands in for a machine whose kernel has rdma_rxe) and vm-pair.sh (two VMs
+# on one virtual cable).
 #
-# A VM boots Debian's kernel from /boot under qemu and sees this machine's
+# A VM boots a kernel that has rdma_rxe under qemu and sees this machine's
 # root file system read-only over 9p, so every program installed here is
 # there too. The repository is shared writable at the same path: what the
 # guest writes into it (builds, logs, results) is still here after the VM is
 # gone.
+#
+# Which kernel: VM_KERNEL=VERSION if set (a kernel in /boot, or one that
+# scripts/vm-kernel.sh fetched into the cache), else the kernels in /boot,
+# newest first, until one can boot. Which accelerator: KVM if a probe guest
+# boots under it, else TCG (software emulation); VM_ACCEL=kvm|tcg skips the
+# probe.
 
 # The name this script's messages start with: the caller's.
 vm_prog=${vm_prog:-vm-run}
-# modinfo lives in /sbin, which a user's PATH may lack.
+# modprobe and depmod live in /sbin, which a user's PATH may lack.
 PATH=$PATH:/usr/sbin:/sbin
 VM_TIMEOUT=${VM_TIMEOUT:-1800}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 vmdir=$repo/build/vm
+# Kernels fetched for VMs only (scripts/vm-kernel.sh), one folder each with
+# boot/ and lib/modules/ as a package would install them.
+KERNEL_CACHE=${KERNEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-pool-doorbell/kernels}
+# How long a probe guest may take to say it booted under KVM.  Under TCG
+# the same guest needs about 3 s here; a working KVM, well under one.
+KVM_PROBE_SECONDS=15
 
-# What the initramfs needs to mount the host's files: virtio PCI, then 9p
-# over it. Listed in an insmod order that resolves every symbol; the guest
-# loads everything else (rdma_rxe...) with the host's own modprobe.
-MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev
-	virtio_pci netfs fscache 9pnet 9pnet_virtio 9p)
+# What the initramfs loads to reach the host's files: virtio PCI, then 9p
+# over it.  Each kernel's own dependency data says which modules that takes
+# and in which order (modprobe --show-depends); the guest loads everything
+# else (rdma_rxe...) with the host's own modprobe.
+INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p)
 
 # PID 1 of the VM (busybox sh). The kernel turns the name=value words of its
 # command line that it does not know (vm_repo, vm_job, vm_nic_mac...) into
@@ -30,7 +43,6 @@ INIT=$(cat <<'EOF'
 /bin/busybox --install -s /bin
 export PATH=/bin
 H=/host                 # where the host's root file system is mounted
-ADDR=198.18.0.1         # RFC 2544 benchmarking range; only in this VM
 
 mount -t devtmpfs dev /dev
 # The initramfs has no /dev/console, so the kernel started us without stdio.
@@ -52,18 +64,11 @@ on_host() {
 	chroot "$H" "$@" || fail "'$*' failed (exit $?)"
 }
 
-# Soft-RoCE on a dummy netdev with one address: clients and servers both use
-# it, and rxe loops the packets back inside the kernel. (Not lo: this kernel
-# adds rxe on lo, but rdma_cm then cannot route to 127.0.0.1; a 127.x address
-# on the dummy fails the same way.)
-rxe_on_dummy() {
-	on_host modprobe -a rdma_rxe rdma_ucm dummy
-	on_host ip link set lo up
-	on_host ip link add rxe_t0 type dummy
-	on_host ip link set rxe_t0 up
-	on_host ip addr add "$ADDR/32" dev rxe_t0
-	on_host rdma link add rxe0 type rxe netdev rxe_t0
-}
+# A probe boot (is KVM usable?) only says that it got this far.
+if [ -n "${vm_probe:-}" ]; then
+	echo "vm-probe: booted" >/dev/ttyS0
+	shutdown
+fi
 
 # One VM of a pair (vm-pair.sh): Soft-RoCE on the virtio NIC that the cable
 # plugs into, so that every packet really leaves this kernel. The NIC is
@@ -82,7 +87,7 @@ rxe_on_cable() {
 	on_host ip link set "$nic" up
 	on_host ip addr add "$vm_nic_addr/24" dev "$nic"
 	on_host rdma link add rxe0 type rxe netdev "$nic"
-	ADDR=$vm_server_addr
+	RDMA_ENV="$RDMA_ENV RDMA_ADDR=$vm_server_addr RDMA_DEV=rxe0"
 }
 
 while read -r m; do
@@ -98,6 +103,14 @@ mkdir -p /dev/shm
 for d in tmp run dev/shm; do
 	mount -t tmpfs tmpfs "$H/$d" || fail "cannot mount a tmpfs on /$d"
 done
+# A kernel from the cache keeps its modules there: show them where modprobe
+# looks, /lib/modules/VERSION (a tmpfs over the host's own, in this VM only).
+if [ -n "${vm_modules:-}" ]; then
+	mount -t tmpfs tmpfs "$H/lib/modules" &&
+		mkdir "$H/lib/modules/$(uname -r)" &&
+		mount --bind "$H$vm_modules" "$H/lib/modules/$(uname -r)" ||
+		fail "cannot show the modules of $vm_modules in /lib/modules"
+fi
 # Last, so that the tmpfs mounts cannot hide it.
 mkdir -p "$H$vm_repo"
 mount -t 9p -o trans=virtio,version=9p2000.L repo "$H$vm_repo" ||
@@ -113,14 +126,18 @@ EOT
 chmod +x /bin/modprobe-host
 echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 
-if [ -n "${vm_nic_mac:-}" ]; then
-	rxe_on_cable
-else
-	rxe_on_dummy
-fi
+# A VM alone is a machine like any other whose kernel has rdma_rxe: the job
+# brings Soft-RoCE up itself (scripts/soft-roce.sh), and SOFT_ROCE_IN_VM
+# stops it from looking for a VM inside this one.  A VM of a pair gets its
+# device here, on the cable.  Either way this is no container, even if the
+# host's files (/.dockerenv) say that the host is one.
+RDMA_ENV="SOFT_ROCE_IN_VM=1 container="
+[ -z "${vm_nic_mac:-}" ] || rxe_on_cable
+on_host ip link set lo up
 
 # ttyS0 is the host's stdout; ttyS1, the console, is its stderr.
-chroot "$H" /usr/bin/env -i HOME=/root RDMA_ADDR="$ADDR" RDMA_DEV=rxe0 \
+# shellcheck disable=SC2086 # RDMA_ENV is words
+chroot "$H" /usr/bin/env -i HOME=/root $RDMA_ENV \
 	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	/bin/bash "$vm_job/job.sh" </dev/null >/dev/ttyS0 2>/dev/ttyS1
 # qemu cannot hand the guest's exit status to the host: a file can.
@@ -134,36 +151,112 @@ die() {
 	exit 1
 }
 
-# Newest kernel in /boot that has rdma_rxe; empty if none.
-find_kernel() {
-	local image ver
-	for image in /boot/vmlinuz-*; do
-		ver=${image#/boot/vmlinuz-}
-		if modinfo -k "$ver" -n rdma_rxe >/dev/null 2>&1; then
-			echo "$ver"
-		fi
-	done | sort -V | tail -n 1
+say() {
+	echo "$vm_prog: $*" >&2
 }
 
-# Everything a VM needs, with the package that brings each.
+# kernel_root VERSION: where that kernel's files are, as a directory holding
+# boot/vmlinuz-VERSION and lib/modules/VERSION: / for one installed in
+# /boot, else its folder in the cache.  Fails if neither has it.
+kernel_root() {
+	local root
+	for root in / "$KERNEL_CACHE/$1/"; do
+		if [ -e "${root}boot/vmlinuz-$1" ] && [ -d "${root}lib/modules/$1" ]; then
+			echo "$root"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# initramfs_modules ROOT VERSION: the module files the initramfs must load,
+# dependencies first, from the kernel's own modules.dep (a module built into
+# the kernel needs no file).  Fails if one is missing.
+initramfs_modules() {
+	local m
+	for m in "${INITRAMFS_MODULES[@]}"; do
+		modprobe -d "$1" -S "$2" --show-depends "$m" 2>/dev/null || return 1
+	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }'
+}
+
+# kernel_usable VERSION: true if the VM can boot it: its image readable, and
+# rdma_rxe and every module of the initramfs among its modules, in a form
+# this machine can unpack.  Sets why_not otherwise.
+kernel_usable() {
+	local ver=$1 root files f
+	if ! root=$(kernel_root "$ver"); then
+		why_not="not in /boot, nor in $KERNEL_CACHE"
+		return 1
+	fi
+	if [ ! -r "${root}boot/vmlinuz-$ver" ]; then
+		why_not="cannot read ${root}boot/vmlinuz-$ver (run as root)"
+		return 1
+	fi
+	if ! modprobe -d "$root" -S "$ver" --show-depends rdma_rxe >/dev/null 2>&1; then
+		why_not="no rdma_rxe module (CONFIG_RDMA_RXE)"
+		return 1
+	fi
+	if ! files=$(initramfs_modules "$root" "$ver"); then
+		why_not="no module for ${INITRAMFS_MODULES[*]} (virtio and 9p)"
+		return 1
+	fi
+	for f in $files; do
+		case $f in
+		*.ko.xz) command -v xz >/dev/null || { why_not="its modules are xz-compressed, and there is no xz"; return 1; } ;;
+		*.ko.zst) command -v zstd >/dev/null || { why_not="its modules are zstd-compressed, and there is no zstd"; return 1; } ;;
+		esac
+	done
+}
+
+# The kernels in /boot, newest first.
+boot_kernels() {
+	local image
+	for image in /boot/vmlinuz-*; do
+		[ -e "$image" ] && echo "${image#/boot/vmlinuz-}"
+	done | sort -rV
+}
+
+# find_kernel: sets vm_ver and vm_root to the first kernel that can boot:
+# VM_KERNEL, else each kernel in /boot in turn.  Says on stderr why each
+# one before it could not; fails if none can.
+find_kernel() {
+	local ver tried=0
+	if [ -n "${VM_KERNEL:-}" ]; then
+		kernel_usable "$VM_KERNEL" ||
+			die "VM_KERNEL=$VM_KERNEL cannot boot the VM: $why_not"
+		vm_ver=$VM_KERNEL
+	else
+		for ver in $(boot_kernels); do
+			tried=$((tried + 1))
+			if kernel_usable "$ver"; then
+				vm_ver=$ver
+				break
+			fi
+			say "kernel $ver cannot boot the VM: $why_not"
+		done
+		[ -n "${vm_ver:-}" ] && [ "$tried" -gt 0 ] || return 1
+	fi
+	vm_root=$(kernel_root "$vm_ver")
+}
+
+# Everything a VM needs, with what brings each; a kernel among them.
 check_prereqs() {
-	local ver=$1 missing=()
-	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
-	command -v modinfo >/dev/null || missing+=(kmod)
+	local missing=()
+	command -v qemu-system-x86_64 >/dev/null || missing+=("qemu (qemu-system-x86_64)")
+	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
 	command -v cpio >/dev/null || missing+=(cpio)
 	# The guest runs busybox before it can reach any shared library.
 	if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
-		missing+=(busybox-static)
-	fi
-	if [ -z "$ver" ]; then
-		echo "$vm_prog: no kernel in /boot has the rdma_rxe module" >&2
-		missing+=(linux-image-amd64)
-	elif [ ! -r "/boot/vmlinuz-$ver" ]; then
-		die "cannot read /boot/vmlinuz-$ver: run as root"
+		missing+=("a statically linked /bin/busybox (busybox-static)")
 	fi
 	if [ "${#missing[@]}" -gt 0 ]; then
-		die "cannot boot the Soft-RoCE VM; install what is missing with:" \
-			"apt-get install ${missing[*]} (or run scripts/deps.sh)"
+		die "cannot boot the Soft-RoCE VM without: ${missing[*]};" \
+			"scripts/deps.sh vm installs them"
+	fi
+	if ! find_kernel; then
+		die "no kernel in /boot can boot the Soft-RoCE VM (it needs one" \
+			"with rdma_rxe): scripts/deps.sh vm-kernel installs one," \
+			"or scripts/vm-kernel.sh fetches one for VMs only"
 	fi
 	# The path goes on the kernel command line (split at spaces) and into
 	# qemu options (split at commas).
@@ -173,11 +266,12 @@ check_prereqs() {
 	fi
 }
 
-# Builds the initramfs once per kernel version and init script, in
-# build/vm/, and prints its path.
+# Builds the initramfs once per kernel and init script, in build/vm/, and
+# prints its path.
 build_initramfs() {
-	local ver=$1 key image stage m path
-	key=$(printf '%s\n' "$ver" "${MODULES[*]}" "$INIT" |
+	local ver=$1 root=$2 key image stage files path name
+	files=$(initramfs_modules "$root" "$ver")
+	key=$(printf '%s\n' "$ver" "$root" "$files" "$INIT" |
 		sha256sum | cut -c1-12)
 	image=$vmdir/initramfs-$ver-$key.cpio.gz
 	if [ -e "$image" ]; then
@@ -191,20 +285,22 @@ build_initramfs() {
 	cp /bin/busybox "$stage/bin/busybox"
 	printf '%s\n' "$INIT" >"$stage/init"
 	chmod +x "$stage/init"
-	for m in "${MODULES[@]}"; do
-		path=$(modinfo -k "$ver" -n "$m") ||
-			die "kernel $ver has no module $m"
+	touch "$stage/modules"
+	for path in $files; do
+		name=${path##*/}
+		name=${name%%.ko*}
 		# busybox insmod wants plain .ko files.
 		case $path in
-		*.ko) cp "$path" "$stage/lib/modules/$m.ko" ;;
-		*.ko.xz) xz -dc "$path" >"$stage/lib/modules/$m.ko" ;;
-		*.ko.zst) zstd -qdc "$path" >"$stage/lib/modules/$m.ko" ;;
-		*) continue ;; # built into the kernel: nothing to load
+		*.ko) cp "$path" "$stage/lib/modules/$name.ko" ;;
+		*.ko.xz) xz -dc "$path" >"$stage/lib/modules/$name.ko" ;;
+		*.ko.zst) zstd -qdc "$path" >"$stage/lib/modules/$name.ko" ;;
+		*.ko.gz) gzip -dc "$path" >"$stage/lib/modules/$name.ko" ;;
+		*) die "kernel $ver: cannot unpack module $path" ;;
 		esac
-		echo "$m" >>"$stage/modules"
+		echo "$name" >>"$stage/modules"
 	done
 
-	rm -f "$vmdir"/initramfs-*.cpio.gz
+	rm -f "$vmdir"/initramfs-"$ver"-*.cpio.gz
 	(cd "$stage" && find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
 		>"$image.tmp"
 	mv "$image.tmp" "$image"
@@ -212,14 +308,75 @@ build_initramfs() {
 	echo "$image"
 }
 
-# Checks the prerequisites and sets vm_ver (the kernel's version) and
-# vm_initramfs: what every boot needs.
+# qemu_cmd ACCEL KERNEL_IMAGE INITRAMFS APPEND MEGABYTES CPUS: sets the
+# array qemu to the command line every boot shares, for the caller to add
+# devices to.  Not -nographic: with it, the BIOS draws its screen on the
+# first serial port, the guest job's stdout.  -nic none: no network but what
+# the caller plugs in.
+qemu_cmd() {
+	qemu=(qemu-system-x86_64 -accel "$1" -kernel "$2" -initrd "$3"
+		-append "$4" -m "$5" -smp "$6"
+		-display none -no-reboot -nic none -monitor none)
+}
+
+# KVM runs a guest many times faster than TCG, where it works; on some
+# machines /dev/kvm is there but a guest hangs under it.  So a probe guest
+# decides: it boots under KVM and says so at once.  The answer is kept for
+# this boot of this machine (build/vm/accel-*).
+choose_accel() {
+	local boot_id cache out
+	if [ -n "${VM_ACCEL:-}" ]; then
+		[[ $VM_ACCEL =~ ^(kvm|tcg)$ ]] || die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'"
+		vm_accel=$VM_ACCEL
+		say "accelerator: $vm_accel (VM_ACCEL)"
+		return
+	fi
+	if [ ! -r /dev/kvm ] || [ ! -w /dev/kvm ]; then
+		vm_accel=tcg
+		say "accelerator: TCG, software emulation (no usable /dev/kvm)"
+		return
+	fi
+	boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
+	cache=$vmdir/accel-$boot_id
+	if [ ! -s "$cache" ]; then
+		qemu_cmd kvm "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
+			"console=ttyS1 quiet loglevel=1 panic=-1 vm_probe=1" 256 1
+		out=$(timeout --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
+			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
+		if [[ $out == *"vm-probe: booted"* ]]; then
+			echo kvm >"$cache"
+		else
+			echo tcg >"$cache"
+		fi
+	fi
+	vm_accel=$(cat "$cache")
+	if [ "$vm_accel" = kvm ]; then
+		say "accelerator: KVM (a probe guest booted under it)"
+	else
+		say "accelerator: TCG, software emulation (/dev/kvm is there," \
+			"but a probe guest did not boot under it within" \
+			"${KVM_PROBE_SECONDS}s)"
+	fi
+}
+
+# Checks the prerequisites and sets what every boot needs: vm_ver and
+# vm_root (the kernel), vm_initramfs and vm_accel.
 vm_prepare() {
-	vm_ver=$(find_kernel)
-	check_prereqs "$vm_ver"
+	# What a VM needs and this machine lacks: installed now as root, else
+	# named.  A kernel only if VM_KERNEL names none and /boot has none.
+	local needs=(vm)
+	[ -n "${VM_KERNEL:-}" ] || needs+=(vm-kernel)
+	"$repo/scripts/deps.sh" "${needs[@]}" ||
+		die "cannot boot a VM without what deps.sh named above"
+	check_prereqs
 	mkdir -p "$vmdir"
-	# shellcheck disable=SC2034 # for the scripts that source this one
-	vm_initramfs=$(build_initramfs "$vm_ver")
+	vm_initramfs=$(build_initramfs "$vm_ver" "$vm_root")
+	choose_accel
+	if [ "$vm_root" = / ]; then
+		say "kernel $vm_ver, from /boot"
+	else
+		say "kernel $vm_ver, from $vm_root"
+	fi
 }
 
 # The script the guest runs: cd to the caller's directory, set the passed
@@ -241,29 +398,25 @@ write_job() {
 	printf '\n'
 }
 
-# boot_vm KERNEL_VERSION INITRAMFS JOB MEGABYTES CPUS [QEMU_ARGS...]: one
-# VM, until its guest powers off. The guest's job writes its stdout to
-# qemu's stdout and its stderr, with the kernel's messages, to qemu's
-# stderr. JOB is the directory with job.sh; the extra QEMU_ARGS add
-# devices, and name=value words in VM_APPEND reach the guest's init.
+# boot_vm JOB MEGABYTES CPUS [QEMU_ARGS...]: one VM, until its guest powers
+# off. The guest's job writes its stdout to qemu's stdout and its stderr,
+# with the kernel's messages, to qemu's stderr. JOB is the directory with
+# job.sh; the extra QEMU_ARGS add devices, and name=value words in
+# VM_APPEND reach the guest's init.
 boot_vm() {
-	local ver=$1 initramfs=$2 job=$3 mem=$4 cpus=$5
+	local job=$1 mem=$2 cpus=$3
 	local share=security_model=none,multidevs=remap
-	# Kernel messages go to ttyS1 (our stderr), and only panics (loglevel=1);
-	# panic=-1 reboots at once, and -no-reboot turns that into qemu exiting.
+	# Only panics reach the console (loglevel=1); panic=-1 reboots at once,
+	# and -no-reboot turns that into qemu exiting.
 	local append="console=ttyS1 quiet loglevel=1 panic=-1"
 	append+=" vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
-	shift 5
+	[ "$vm_root" = / ] || append+=" vm_modules=${vm_root}lib/modules/$vm_ver"
+	shift 3
 
-	# /dev/kvm exists here but guests hang under it: emulate (TCG).
-	# Not -nographic: with it, the BIOS draws its screen on the first serial
-	# port, CMD's stdout. --foreground lets Ctrl-C reach qemu. -nic none:
-	# no network but what QEMU_ARGS plug in.
-	timeout --foreground --kill-after=10 "$VM_TIMEOUT" \
-		qemu-system-x86_64 -accel tcg -m "$mem" -smp "$cpus" \
-		-display none -no-reboot -nic none -monitor none \
-		-kernel "/boot/vmlinuz-$ver" -initrd "$initramfs" \
-		-append "$append" \
+	qemu_cmd "$vm_accel" "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
+		"$append" "$mem" "$cpus"
+	# --foreground lets Ctrl-C reach qemu.
+	timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" \
 		-serial file:/dev/stdout -serial file:/dev/stderr \
 		-virtfs "local,path=/,mount_tag=hostroot,readonly=on,$share" \
 		-virtfs "local,path=$repo,mount_tag=repo,$share" \

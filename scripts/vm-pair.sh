@@ -3,11 +3,12 @@
 # one network cable, the way a server and a client run in real use, and
 # optionally record every frame that crosses the cable.
 #
-# The machines are two throw-away VMs like vm-run.sh's (Debian's kernel
-# under qemu, this machine's files over 9p, the repository writable), each
-# with one virtual NIC and Soft-RoCE (rxe0) on it. The cable between the
-# NICs is a Unix socket of this host: the VMs reach each other and nothing
-# else, and this host only carries their frames from one qemu to the other.
+# The machines are two throw-away VMs like vm-run.sh's (a kernel with
+# rdma_rxe under qemu, this machine's files over 9p, the repository
+# writable), each with one virtual NIC and Soft-RoCE (rxe0) on it. The cable
+# between the NICs is a socket of this host: the VMs reach each other and
+# nothing else, and this host only carries their frames from one qemu to
+# the other.
 # Unlike the single VM, where rxe hands packets from one QP to the other
 # inside one kernel, here every RoCE packet leaves one kernel as an
 # Ethernet frame and enters the other.
@@ -32,6 +33,8 @@
 #   VM_TIMEOUT   seconds each VM may run (default 1800)
 #   VM_PASS_ENV  names of variables to pass to CMD, space separated
 #   VM_GRACE     seconds one VM may go on after the other ended (default 60)
+#   VM_CABLE     stream or socket: the qemu netdev of the cable (see
+#                cable_plan); VM_KERNEL, VM_ACCEL: see vm-lib.sh
 set -euo pipefail
 
 vm_prog=vm-pair
@@ -65,8 +68,7 @@ run_vm() {
 	shift 4
 	VM_APPEND="vm_nic_mac=$mac vm_nic_addr=$addr vm_server_addr=$SERVER_ADDR"
 	# The same swap of stdout and stderr as in vm-run.sh.
-	{ VM_APPEND=$VM_APPEND boot_vm "$vm_ver" "$vm_initramfs" "$job" \
-		1024 1 -pidfile "$job/qemu.pid" "$@" \
+	{ VM_APPEND=$VM_APPEND boot_vm "$job" 1024 1 -pidfile "$job/qemu.pid" "$@" \
 		-device "virtio-net-pci,netdev=cable,mac=$mac" \
 		2>&1 >&3 3>&- | label "$role" >&2; } 3>&1 | label "$role" ||
 		status=$?
@@ -82,13 +84,48 @@ stop_vm() {
 	fi
 }
 
-# wait_for_socket PATH PID: true once the server VM's qemu listens on PATH;
+# The cable: a "stream" netdev over a Unix socket of this host where qemu
+# has one (7.2 and later), else the older "socket" netdev over TCP on
+# 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).  VM_CABLE=stream|socket chooses.
+# Sets server_net and client_net (each VM's -netdev) and cable_up, a
+# command that is true once the server VM's qemu listens.
+cable_plan() {
+	local kind=${VM_CABLE:-} port
+	if [ -z "$kind" ]; then
+		kind=socket
+		qemu-system-x86_64 -netdev help 2>/dev/null | grep -qx stream &&
+			kind=stream
+	fi
+	case $kind in
+	stream)
+		# The socket's path must be short (108 bytes): not in the
+		# repository.
+		server_net="stream,id=cable,server=on,addr.type=unix,addr.path=$cable/sock"
+		client_net="stream,id=cable,server=off,addr.type=unix,addr.path=$cable/sock"
+		cable_up=(test -S "$cable/sock")
+		;;
+	socket)
+		# A port nobody listens on; only this host can reach 127.0.0.1.
+		port=$((20000 + RANDOM % 20000))
+		while ss -Htln "sport = :$port" | grep -q .; do
+			port=$((20000 + RANDOM % 20000))
+		done
+		server_net="socket,id=cable,listen=127.0.0.1:$port"
+		client_net="socket,id=cable,connect=127.0.0.1:$port"
+		cable_up=(sh -c "ss -Htln 'sport = :$port' | grep -q .")
+		;;
+	*) die "VM_CABLE must be stream or socket, not '$kind'" ;;
+	esac
+	say "cable: qemu's $kind netdev"
+}
+
+# wait_for_cable PID: true once the server VM's qemu listens on the cable;
 # false if that qemu (background job PID) ended first or 30 s went by.
-wait_for_socket() {
+wait_for_cable() {
 	local end=$((SECONDS + 30))
 	while ((SECONDS < end)); do
-		[ -S "$1" ] && return 0
-		kill -0 "$2" 2>/dev/null || return 1
+		"${cable_up[@]}" && return 0
+		kill -0 "$1" 2>/dev/null || return 1
 		sleep 0.1
 	done
 	return 1
@@ -141,8 +178,8 @@ main() {
 	vm_prepare
 
 	pair=$(mktemp -d "$vmdir/pair.XXXXXX")
-	# The socket's path must be short (108 bytes): not in the repository.
 	cable=$(mktemp -d "${TMPDIR:-/tmp}/vm-pair.XXXXXX")
+	cable_plan
 	server=$pair/server
 	client=$pair/client
 	mkdir "$server" "$client"
@@ -156,17 +193,16 @@ main() {
 	# recorder); the client VM can plug in only once it listens.
 	[ -n "$pcap" ] && dump=(-object "filter-dump,id=dump,netdev=cable,file=$pcap")
 	run_vm server "$server" "$SERVER_ADDR" "$SERVER_MAC" \
-		-netdev "stream,id=cable,server=on,addr.type=unix,addr.path=$cable/sock" \
-		"${dump[@]}" &
+		-netdev "$server_net" "${dump[@]}" &
 	server_pid=$!
-	if ! wait_for_socket "$cable/sock" "$server_pid"; then
+	if ! wait_for_cable "$server_pid"; then
 		stop_vm "$server"
 		wait "$server_pid" || true
 		die "the server VM did not start listening on the cable" \
-			"($cable/sock); see the messages above"
+			"($server_net); see the messages above"
 	fi
 	run_vm client "$client" "$CLIENT_ADDR" "$CLIENT_MAC" \
-		-netdev "stream,id=cable,server=off,addr.type=unix,addr.path=$cable/sock" &
+		-netdev "$client_net" &
 	client_pid=$!
 
 	# Normally the client's job finishes first, and the server's right

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# vm-run.sh CMD [ARGS...]: run CMD in a throw-away VM whose kernel has
-# Soft-RoCE (rdma_rxe), with RDMA_ADDR set to the address of its rxe device
-# and RDMA_DEV to the device's name.
+# vm-run.sh CMD [ARGS...]: run CMD, as root, in a throw-away VM whose kernel
+# has Soft-RoCE (rdma_rxe): a stand-in for a machine that can run Soft-RoCE
+# itself, for when this one cannot.  Nothing is set up for CMD: run
+# scripts/soft-roce.sh CMD to have it bring a device up, as on any machine.
 #
-# The VM boots Debian's kernel from /boot under qemu and sees this machine's
-# root file system read-only over 9p, so every program installed here is
-# there too. The repository is shared writable at the same path: what CMD
-# writes into it (builds, logs, results) is still here after the VM is gone.
-# The VM has no network card, so nothing in it can reach any other machine.
-# (scripts/vm-lib.sh has what this shares with vm-pair.sh, two VMs on one
-# virtual cable.)
+# The VM boots a kernel from /boot (or VM_KERNEL) under qemu and sees this
+# machine's root file system read-only over 9p, so every program installed
+# here is there too. The repository is shared writable at the same path:
+# what CMD writes into it (builds, logs, results) is still here after the VM
+# is gone. The VM has no network card, so nothing in it can reach any other
+# machine. (scripts/vm-lib.sh has what this shares with vm-pair.sh, two VMs
+# on one virtual cable, and the kernel and accelerator choices.)
 #
 # CMD's stdout and stderr come out here as it runs; CMD gets no stdin.
 # The exit status is CMD's (or 1, with a message, if the VM itself failed).
@@ -17,6 +18,7 @@
 # Environment:
 #   VM_TIMEOUT   seconds the whole run may take (default 1800)
 #   VM_PASS_ENV  names of variables to pass to CMD, space separated
+#   VM_KERNEL    the kernel version to boot; VM_ACCEL kvm or tcg
 set -euo pipefail
 
 vm_prog=vm-run
@@ -38,7 +40,7 @@ main() {
 	# qemu's stdout carries CMD's stdout, its stderr the guest's console
 	# (CMD's stderr, guest errors). "2>&1 >&3" swaps them so that the
 	# stderr also passes through a strip_cr before reaching our stderr.
-	{ boot_vm "$vm_ver" "$vm_initramfs" "$job" 2048 2 2>&1 >&3 3>&- |
+	{ boot_vm "$job" 2048 2 2>&1 >&3 3>&- |
 		strip_cr >&2; } 3>&1 | strip_cr || status=$?
 
 	rc=$(job_status "$job" "$status" "the VM" "$*") || exit 1

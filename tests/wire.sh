@@ -195,7 +195,25 @@ main() {
 		test_session "$name" "$server" "$isolation" "$size" "$writes" "$every"
 	done 3<"$dir/plan"
 	test_checker_fails
+	test_socket_cable
 	finish
+}
+
+# The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu
+# versions without "stream" (Ubuntu 22.04's 6.2): one rping across it.
+test_socket_cable() {
+	local t=wire/socket_cable status=0
+	VM_CABLE=socket VM_TIMEOUT=${WIRE_VM_TIMEOUT:-300} \
+		"$top/scripts/vm-pair.sh" "$top/tests/cable-ping.sh" \
+		>"$dir/socket.log" 2>&1 || status=$?
+	if [ "$status" != 0 ]; then
+		fail "$t" "vm-pair.sh exited $status: $(tail -n 3 "$dir/socket.log" | tr '\n' ' ')"
+	elif ! grep -q "cable: qemu's socket netdev" "$dir/socket.log" ||
+		! grep -q '^\[client vm\] rping: 3 pings' "$dir/socket.log"; then
+		fail "$t" "no 3 pings over qemu's socket netdev: $(tail -n 3 "$dir/socket.log" | tr '\n' ' ')"
+	else
+		pass "$t"
+	fi
 }
 
 # The summary; on failure the capture and every program's output stay.

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# vm-kernel.sh [SUITE]: fetch the newest Debian kernel of SUITE (default
+# bookworm-backports, where Debian 12 gets Debian 13's kernel) for the VMs
+# alone, and print its version; then VM_KERNEL=that-version boots it
+# (scripts/vm-run.sh, vm-pair.sh, make test).
+#
+# Nothing is installed and this system's package sources stay as they are:
+# apt reads a list of its own, kept with the kernel in the VMs' cache
+# ($KERNEL_CACHE, ~/.cache/rdma-pool-doorbell/kernels), and the package is
+# unpacked there, its modules indexed with depmod.  A second call with the
+# newest version already there only checks.  The kernels differ where the
+# programs must cope: rxe raises IBV_EVENT_QP_LAST_WQE_REACHED since Linux
+# 6.5, which Debian 12's 6.1 never does.
+#   MIRROR  the Debian mirror (default: the one this system's sources use)
+set -euo pipefail
+
+vm_prog=vm-kernel
+# shellcheck source=scripts/vm-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
+
+# The Debian mirror this system already uses, else Debian's own.
+mirror() {
+	local uri
+	uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
+		/etc/apt/sources.list.d/*.list 2>/dev/null |
+		awk '$1 == "URIs:" { print $2 } $1 == "deb" { print ($2 ~ /^\[/ ? $3 : $2) }' |
+		grep -E '/debian/?$' | head -n 1) || true
+	echo "${MIRROR:-${uri:-http://deb.debian.org/debian}}"
+}
+
+main() {
+	local suite=${1:-bookworm-backports} apt dir opts pkg ver stage
+	if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
+		die "this fetches Debian's kernels with apt-get and dpkg; on" \
+			"this system, set VM_KERNEL to a kernel in /boot instead"
+	fi
+	[[ $suite =~ ^[a-z-]+$ ]] || die "bad suite '$suite'"
+	apt=$KERNEL_CACHE/apt-$suite
+	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+	echo "deb $(mirror) $suite main" >"$apt/sources.list"
+	: >"$apt/status"
+	# Only our list, and no installed packages: what the suite holds.
+	opts=(-o "Dir::Etc::SourceList=$apt/sources.list"
+		-o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$apt/lists"
+		-o "Dir::State::status=$apt/status"
+		-o "Dir::Cache=$apt/cache"
+		-o APT::Sandbox::User=root)
+	apt-get -qq "${opts[@]}" update ||
+		die "apt-get update of $suite from $(mirror) failed"
+	# linux-image-amd64 depends on the suite's newest kernel package.
+	pkg=$(apt-cache "${opts[@]}" show linux-image-amd64 2>/dev/null |
+		sed -n 's/^Depends: \(linux-image-[0-9][^ ,]*\).*/\1/p' | head -n 1)
+	[ -n "$pkg" ] || die "$suite has no linux-image-amd64"
+	ver=${pkg#linux-image-}
+	dir=$KERNEL_CACHE/$ver
+	if [ ! -e "$dir/boot/vmlinuz-$ver" ]; then
+		echo "$vm_prog: fetching $pkg from $suite" >&2
+		stage=$(mktemp -d "$KERNEL_CACHE/fetch.XXXXXX")
+		(cd "$stage" && apt-get -qq "${opts[@]}" download "$pkg") ||
+			die "apt-get download $pkg failed"
+		dpkg -x "$stage"/*.deb "$stage/root"
+		depmod -b "$stage/root" "$ver"
+		rm -rf "$dir"
+		mv "$stage/root" "$dir"
+		rm -rf "$stage"
+	fi
+	kernel_usable "$ver" || die "kernel $ver cannot boot the VM: $why_not"
+	echo "$ver"
+}
+
+main "$@"

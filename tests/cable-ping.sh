@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# cable-ping.sh: three rpings from the client VM of scripts/vm-pair.sh to
+# the server VM, across the cable (tests/wire.sh).  The client retries
+# until the server VM's rping listens; it prints "rping: 3 pings" on success.
+set -euo pipefail
+
+: "${RDMA_ADDR:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR}"
+: "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
+PORT=7474
+
+if [ "$WIRE_ROLE" = server ]; then
+	exec timeout 120 rping -s -a "$RDMA_ADDR" -p "$PORT" -C 3
+fi
+for _ in $(seq 120); do
+	if timeout 20 rping -c -a "$RDMA_ADDR" -p "$PORT" -C 3 >/dev/null 2>&1; then
+		echo "rping: 3 pings"
+		exit 0
+	fi
+	sleep 0.5
+done
+echo "rping: no answer from $RDMA_ADDR" >&2
+exit 1
