@@ -22,9 +22,10 @@ ifneq ($(SANITIZE),)
 SANITIZERS = -fsanitize=address,undefined -fno-sanitize-recover=all \
 	     -fno-omit-frame-pointer
 endif
+# (A library pkg-config cannot find: check-build names its package.)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) $(SANITIZERS) \
-	     $(shell pkg-config --cflags libibverbs librdmacm)
-LIBS = $(shell pkg-config --libs libibverbs librdmacm)
+	     $(shell pkg-config --cflags libibverbs librdmacm 2>/dev/null)
+LIBS = $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
 TOOLS = tests/unit_common tests/ctrl_peer tests/cm_probe
@@ -35,55 +36,72 @@ FLAGS = build/flags
 
 all: $(PROGRAMS) $(TOOLS)
 
+# Without a library's development package pkg-config gives no flags, and
+# the link fails on every verb: say which package is missing instead.
+check-build:
+	@scripts/deps.sh --check build
+
 $(FLAGS): FORCE
 	@mkdir -p build
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
 # The programs, and the test tools: the unit tests, a client that
 # misbehaves on purpose, and a probe of what rdma_cm puts on each QP.
-$(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS)
+$(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS) \
+		| check-build
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
 # libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
-$(FUZZER): tests/fuzz_ctrl_msg.c common/common.c common/common.h
+$(FUZZER): tests/fuzz_ctrl_msg.c common/common.c common/common.h | check-build
 	@mkdir -p build
 	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-o $@ tests/fuzz_ctrl_msg.c common/common.c $(LIBS)
 
-fuzz: $(FUZZER)
+fuzz:
+	scripts/deps.sh build fuzz
+	$(MAKE) $(FUZZER)
 	tests/fuzz.sh $(FUZZER) $(FUZZ_SECONDS)
 
 clean:
 	rm -f $(PROGRAMS) $(TOOLS)
 	rm -rf build
 
-# Both install what is missing first (scripts/deps.sh), then build: the
-# compiler flags come from pkg-config, which may only now be there.
-test: deps
+# Each installs what it needs and this machine lacks (scripts/deps.sh, by
+# purpose), then builds: the compiler flags come from pkg-config, which may
+# only now be there.  What Soft-RoCE needs where it comes up (the rdma_rxe
+# module, or a VM), scripts/soft-roce.sh installs when it gets there.
+test:
+	scripts/deps.sh build run test fuzz bench wire
 	$(MAKE) all $(FUZZER)
-	FUZZER=$(FUZZER) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/run.sh
+	FUZZER=$(FUZZER) FUZZ_SECONDS=$(FUZZ_SECONDS) SANITIZE=$(SANITIZE) \
+		tests/run.sh
 
-demo: deps
+demo:
+	scripts/deps.sh build run
 	$(MAKE) all
 	scripts/soft-roce.sh scripts/demo.sh
 
 # A measurement, not a test (make test runs a small version of it).
-bench: deps
+bench:
+	scripts/deps.sh build run bench
 	$(MAKE) all
 	scripts/soft-roce.sh scripts/bench.sh $(CURDIR)/bench-results
 	@cat bench-results/results.md
 
 # Two VMs, one cable, one short session: the trace of every packet.
-wire: deps
+wire:
+	scripts/deps.sh build run wire
 	$(MAKE) all
 	scripts/wire.sh $(WIRE_ARGS)
 
+# What building and running by hand need (PURPOSES="..." for more, see
+# scripts/deps.sh).
 deps:
-	scripts/deps.sh
+	scripts/deps.sh $(PURPOSES)
 
 # Needs no build: it checks the machine, not the programs.
 doctor:
 	scripts/doctor.sh
 
-.PHONY: all clean test demo bench wire deps fuzz doctor FORCE
+.PHONY: all clean test demo bench wire deps fuzz doctor check-build FORCE

@@ -1,47 +1,170 @@
 #!/usr/bin/env bash
-# Install what `make`, `make test`, `make demo`, `make bench` and
-# `make wire` need on Debian 12.
-# Quick and silent when everything is already there.
+# deps.sh [--dry-run | --check] [PURPOSE...]: install what PURPOSE needs
+# and this machine lacks, with this system's own package manager and names
+# (scripts/packages.txt).  Quick and silent when nothing is missing.
+#
+# Purposes, each installed only by the path that needs it:
+#   build      compile the programs (make)          [the default, with run]
+#   run        run them on an RDMA device, and the tools to check one
+#   rxe        the rdma_rxe module for this kernel (Ubuntu keeps it in
+#              linux-modules-extra-$(uname -r)); soft-roce.sh asks for it
+#   vm         boot a VM where this kernel has no rdma_rxe (soft-roce.sh)
+#   vm-kernel  a kernel for that VM to boot, if /boot has none
+#   fuzz       libFuzzer (make test, make fuzz)
+#   wire       tshark (make wire, make test)
+#   bench      gnuplot (make bench, make test)
+#   test       setpriv, prlimit, unshare (make test)
+#
+# As root it installs what is missing (apt-get or dnf; it never adds package
+# sources, and never a kernel unless asked for vm-kernel); as anyone else it
+# prints the one command to paste, with sudo, and fails.  On a system it
+# does not know, it lists what is needed, by purpose, and fails.
+#   --dry-run  print the command it would run, run nothing
+#   --check    say what is missing and how to install it; never install
+# OS_RELEASE=FILE reads FILE instead of /etc/os-release, to see what would
+# be done on that system; every need then counts as missing (with --dry-run
+# nothing runs).  Exits 0 when nothing is missing (or was installed).
 set -euo pipefail
 
-packages=(
-	# build (libc6-dev too: gcc only recommends it, and we skip recommends)
-	gcc libc6-dev make pkg-config libibverbs-dev librdmacm-dev
-	# run: rxe provider, rdma tool, rping, perftest, ip, modprobe
-	rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
-	iproute2 kmod
-	# a VM with Debian's kernel, for hosts whose kernel has no Soft-RoCE
-	qemu-system-x86 linux-image-amd64 busybox-static cpio
-	# tests: libFuzzer (clang's), and mounts for the no-device test
-	clang libclang-rt-dev util-linux
-	# make bench (and its smoke run in make test): the plot
-	gnuplot-nox
-	# make wire (and its tests in make test): the RoCE v2 decoder
-	tshark
-)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/rdma-lib.sh
+. "$here/rdma-lib.sh"
+PURPOSES=(build run rxe vm vm-kernel fuzz wire bench test)
 
-missing=()
-for pkg in "${packages[@]}"; do
-	# shellcheck disable=SC2016 # ${Status} is dpkg-query's, not ours
-	status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
-	if [ "$status" != "install ok installed" ]; then
-		missing+=("$pkg")
+# shellcheck source=scripts/system-lib.sh
+. "$here/system-lib.sh"
+
+say() {
+	echo "deps: $*" >&2
+}
+
+# has PROBE: true if this machine already has what the probe looks for.
+has() {
+	local globs=${1#file:} glob
+	case $1 in
+	cmd:*) command -v "${1#cmd:}" >/dev/null ;;
+	pc:*) command -v pkg-config >/dev/null && pkg-config --exists "${1#pc:}" ;;
+	file:*)
+		# Unquoted: the globs expand to whatever files match them.
+		for glob in ${globs//,/ }; do
+			[ -e "$glob" ] && return 0
+		done
+		return 1
+		;;
+	static-busybox) [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 ;;
+	rdma_rxe) [ "$(rxe_module)" != none ] ;;
+	vm-kernel)
+		# shellcheck source=scripts/vm-lib.sh
+		(. "$here/vm-lib.sh" && VM_KERNEL='' find_kernel 2>/dev/null) ;;
+	libfuzzer)
+		command -v clang >/dev/null &&
+			echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d && n; }' |
+			clang -x c -fsanitize=fuzzer -o /dev/null - >/dev/null 2>&1
+		;;
+	*) return 1 ;;
+	esac
+}
+
+usage() {
+	echo "usage: $0 [--dry-run | --check] [PURPOSE...]; purposes: ${PURPOSES[*]}" >&2
+	exit 2
+}
+
+main() {
+	local mode=install purpose need probe entries desc pkgs p cmd
+	local wanted=() missing=() unavailable=() unknown=() seen=' '
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--dry-run) mode=dry-run ;;
+		--check) mode=check ;;
+		-*) usage ;;
+		*)
+			[[ " ${PURPOSES[*]} " == *" $1 "* ]] || usage
+			wanted+=("$1")
+			;;
+		esac
+		shift
+	done
+	[ "${#wanted[@]}" -gt 0 ] || wanted=(build run)
+	if [ -n "${OS_RELEASE:-}" ] && [ "$mode" = install ] && [ "$(id -u)" = 0 ]; then
+		say "OS_RELEASE describes another system: as root, use it only with --dry-run or --check"
+		return 2
 	fi
-done
+	read_os_release
 
-if [ "${#missing[@]}" -eq 0 ]; then
-	echo "deps: all ${#packages[@]} packages already installed"
-	exit 0
-fi
+	# Every need of the wanted purposes that this machine lacks (all of
+	# them, for another system's os-release), and its packages here.
+	while read -r purpose need probe rest; do
+		[[ $purpose == \#* || -z $purpose ]] && continue
+		[[ " ${wanted[*]} " == *" $purpose "* ]] || continue
+		[ -z "${OS_RELEASE:-}" ] && has "$probe" && continue
+		desc=${rest#*# }
+		read -ra entries <<<"${rest%%#*}"
+		pkgs=$(packages_for "${entries[@]}")
+		case $pkgs in
+		'') unknown+=("$purpose: $desc") ;;
+		-) ;;
+		!) unavailable+=("$desc ($purpose)") ;;
+		*)
+			missing+=("$need")
+			for p in $pkgs; do
+				[[ $seen == *" $p "* ]] || seen+="$p "
+			done
+			;;
+		esac
+	done <"$PACKAGES_TABLE"
+	read -ra pkgs <<<"$seen"
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "deps: missing ${missing[*]}; as root, run:" >&2
-	echo "  apt-get update && DEBIAN_FRONTEND=noninteractive" \
-		"apt-get install -y --no-install-recommends ${missing[*]}" >&2
-	exit 1
-fi
+	if [ "${#unknown[@]}" -gt 0 ]; then
+		say "$os_name is not a system this script knows; install by hand:"
+		printf '  %s\n' "${unknown[@]}" >&2
+		return 1
+	fi
+	for p in "${unavailable[@]}"; do
+		say "$os_name has no package for $p"
+	done
+	if [ "${#pkgs[@]}" -eq 0 ]; then
+		[ "${#unavailable[@]}" -eq 0 ] || return 1
+		[ "$mode" != dry-run ] || say "${wanted[*]}: nothing missing"
+		return 0
+	fi
 
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive \
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "deps: installed ${missing[*]}"
+	case $(manager) in
+	apt)
+		cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}")
+		;;
+	dnf)
+		cmd=(dnf install -y "${pkgs[@]}")
+		;;
+	esac
+	case $mode in
+	dry-run)
+		say "$os_name, ${wanted[*]}: ${cmd[*]}"
+		return 0
+		;;
+	check)
+		say "missing for ${wanted[*]}: ${missing[*]}; install with:" \
+			"sudo ${cmd[*]}"
+		return 1
+		;;
+	esac
+	if [ "$(id -u)" != 0 ]; then
+		say "missing for ${wanted[*]}: ${missing[*]}; as root, run:"
+		if [ "${cmd[0]}" = apt-get ]; then
+			echo "  sudo apt-get update && sudo ${cmd[*]}" >&2
+		else
+			echo "  sudo ${cmd[*]}" >&2
+		fi
+		return 1
+	fi
+	say "installing for ${wanted[*]}: ${pkgs[*]}"
+	if [ "${cmd[0]}" = apt-get ]; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive "${cmd[@]}" -qq >/dev/null
+	else
+		"${cmd[@]}" -q
+	fi
+	[ "${#unavailable[@]}" -eq 0 ]
+}
+
+main "$@"

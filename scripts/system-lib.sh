@@ -1,0 +1,86 @@
+# shellcheck shell=bash
+# system-lib.sh: which system this is, and its names for what the project
+# needs (scripts/packages.txt).  Sourced by deps.sh and doctor.sh.
+#
+#   read_os_release        sets os_id, os_like, os_version and os_name from
+#                          OS_RELEASE, else /etc/os-release (never run: read)
+#   system_keys            the table's keys for this system, most specific
+#                          first: ubuntu-22.04, ubuntu-22, ubuntu, debian
+#   manager                apt or dnf (empty if neither)
+#   packages_for ENTRY...  of one row's system=packages entries, this
+#                          system's packages ("-", "!", or empty if none)
+#   packages_of NEED       the same, looked up by the row's need
+#   install_line PKG...    the command a user pastes to install them
+
+PACKAGES_TABLE=$(dirname "${BASH_SOURCE[0]}")/packages.txt
+
+read_os_release() {
+	local file=${OS_RELEASE:-/etc/os-release} key value
+	os_id='' os_like='' os_version='' os_name=''
+	[ -r "$file" ] || file=/usr/lib/os-release
+	[ -r "$file" ] || return 0
+	while IFS='=' read -r key value; do
+		value=${value#[\"\']}
+		value=${value%[\"\']}
+		case $key in
+		ID) os_id=$value ;;
+		ID_LIKE) os_like=$value ;;
+		VERSION_ID) os_version=$value ;;
+		PRETTY_NAME) os_name=$value ;;
+		esac
+	done <"$file"
+	os_name=${os_name:-${os_id:-an unknown system}}
+}
+
+system_keys() {
+	local like
+	if [ -n "$os_id" ]; then
+		[ -z "$os_version" ] || echo "$os_id-$os_version"
+		[ -z "$os_version" ] || [ "${os_version%%.*}" = "$os_version" ] ||
+			echo "$os_id-${os_version%%.*}"
+		echo "$os_id"
+	fi
+	for like in $os_like; do
+		echo "$like"
+	done
+}
+
+manager() {
+	local key
+	for key in $(system_keys); do
+		case $key in
+		debian | ubuntu) echo apt; return ;;
+		fedora | rhel | centos) echo dnf; return ;;
+		esac
+	done
+}
+
+packages_for() {
+	local key entry
+	for key in $(system_keys); do
+		for entry in "$@"; do
+			if [ "${entry%%=*}" = "$key" ]; then
+				echo "${entry#*=}" | tr ',' ' ' | sed "s/\$KVER/$(uname -r)/g"
+				return
+			fi
+		done
+	done
+}
+
+packages_of() {
+	local need rest entries
+	while read -r _ need _ rest; do
+		[ "$need" = "$1" ] || continue
+		read -ra entries <<<"${rest%%#*}"
+		packages_for "${entries[@]}"
+		return
+	done < <(grep -v '^#' "$PACKAGES_TABLE")
+}
+
+install_line() {
+	case $(manager) in
+	apt) echo "sudo apt-get install -y --no-install-recommends $*" ;;
+	dnf) echo "sudo dnf install -y $*" ;;
+	*) echo "install $* with this system's package manager" ;;
+	esac
+}
