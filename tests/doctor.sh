@@ -74,6 +74,7 @@ test_doctor_passes() {
 # link; what needs a device is skipped.
 test_doctor_no_device() {
 	local t=doctor/no_device status=0 out=$work/nodev.out
+	needs_root "$t" "hide the device in a mount namespace" || return 0
 	# shellcheck disable=SC2016 # expanded by sh
 	doctor_run nodev unshare --mount sh -c \
 		'for d in /sys/class/infiniband /sys/class/infiniband_verbs /dev/infiniband; do
@@ -118,6 +119,7 @@ memlock_server() {
 test_doctor_memlock_too_low() {
 	local t=doctor/memlock_too_low kib=$((4096 - 4)) status=0 cstatus=0 sstatus=0 line
 	local want="^FAIL memlock: ulimit -l is $kib KiB but the server pins ([0-9]+) KiB \\(its 4 MiB pool and buffers\\): ibv_reg_mr would fail with ENOMEM\$"
+	needs_root "$t" "run as another user (setpriv)" || return 0
 	as_user "$kib"
 	doctor_run lowdoc "${nobody_cmd[@]}" || status=$?
 	line=$(grep '^FAIL memlock: ' "$work/lowdoc.out" || true)
@@ -152,6 +154,7 @@ test_doctor_memlock_too_low() {
 # the server really serves a client.
 test_doctor_memlock_enough() {
 	local t=doctor/memlock_enough kib=${doctor_need_kib:-} status=0 cstatus=0 why
+	needs_root "$t" "run as another user (setpriv)" || return 0
 	if [ -z "$kib" ]; then
 		fail "$t" "the doctor named no figure in doctor/memlock_too_low"
 		return

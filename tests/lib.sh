@@ -25,6 +25,14 @@ fail() {
 	return 0
 }
 
+# needs_root NAME WHY: true as root; otherwise says "SKIP NAME" with why the
+# test needs root (tests/run.sh counts it, and under CI fails it).
+needs_root() {
+	[ "$(id -u)" = 0 ] && return 0
+	echo "SKIP $1: needs root, to $2"
+	return 1
+}
+
 cleanup() {
 	[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
 	rm -rf "$work"
