@@ -12,13 +12,18 @@
 #   skip WHAT: why it could not be checked (an earlier check failed)
 # then "doctor: N checks: N ok, N failed, N skipped".  Exits 0 when nothing
 # failed, 1 otherwise.
+#
+# The fixes speak this system's language: its package names and manager
+# (scripts/packages.txt; OS_RELEASE=FILE reads another system's
+# os-release), and in a container, what must happen on the host or where
+# the container is started.
 set -euo pipefail
 
-# modprobe and ip live in /sbin, which a user's PATH may lack.
-PATH=$PATH:/usr/sbin:/sbin
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=scripts/rping.sh
-. "$here/rping.sh"
+# shellcheck source=scripts/rdma-lib.sh
+. "$here/rdma-lib.sh"
+# shellcheck source=scripts/system-lib.sh
+. "$here/system-lib.sh"
 
 SYSFS=/sys/class/infiniband
 NODES=/dev/infiniband
@@ -35,12 +40,15 @@ NEED_KIB=$((POOL_KIB + BUFFERS_KIB))
 NEED_MW_KIB=$((2 * POOL_KIB + BUFFERS_KIB))
 CAP_IPC_LOCK=14 # bit number in /proc/PID/status CapEff (linux/capability.h)
 VM_HINT="make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
+# In a container the kernel, its modules and its devices are the host's.
+HOST_DEVICE="on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband"
 
 n_ok=0
 n_failed=0
 n_skipped=0
 
-# What the checks found, for the checks after them.
+# What the checks found, for the checks after them.  (container: see
+# detect_container.)
 suggested_netdev='' # a netdev to suggest for "rdma link add"
 user=''             # who runs this: device nodes and memlock are per user
 rxe_available=false # rdma_rxe loaded, built in, loadable, or not needed
@@ -66,17 +74,33 @@ note() {
 	printf 'note %s\n' "$1"
 }
 
-# A netdev to suggest for "rdma link add": the default route's, else the
-# first with an IPv4 address outside 127/8.  Prints nothing if none.
-suggest_netdev() {
-	local dev
-	dev=$(ip -4 route show default 2>/dev/null |
-		awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
-	if [ -z "$dev" ]; then
-		dev=$(ip -4 -o addr show 2>/dev/null |
-			awk '$4 !~ /^127\./ { print $2; exit }')
+# detect_container: the kind of container this runs in, if any.  The
+# variable "container", where it is set (even empty), says so, as systemd
+# reads it from PID 1; else what container engines leave behind for their
+# guests: podman /run/.containerenv, docker /.dockerenv.
+detect_container() {
+	local env
+	if [ -n "${container+set}" ]; then
+		: # as the environment says
+	elif [ -e /run/.containerenv ]; then
+		container=podman
+	elif [ -e /.dockerenv ]; then
+		container=docker
+	elif env=$(tr '\0' '\n' </proc/1/environ 2>/dev/null | grep '^container='); then
+		container=${env#container=}
 	fi
-	echo "$dev"
+	return 0
+}
+
+# fix_install NEED: the fix that installs NEED (a need of packages.txt)
+# here, or what to do where no package brings it.
+fix_install() {
+	local pkgs
+	pkgs=$(packages_of "$1")
+	case $pkgs in
+	'' | - | !) echo "install $2 (this system has no package for it in scripts/packages.txt)" ;;
+	*) install_line "$pkgs" ;;
+	esac
 }
 
 # The module check.  "rdma link add ... type rxe" loads rdma_rxe by itself,
@@ -108,8 +132,23 @@ check_module() {
 		;;
 	*)
 		failed "$what" "this kernel ($(uname -r)) has none: not loaded, and modprobe cannot find it" \
-			"$VM_HINT"
+			"$(module_fix)"
 		;;
+	esac
+}
+
+# Where rdma_rxe comes from: the host, for a container; a package of its
+# own on some systems (Ubuntu's linux-modules-extra); else a VM.
+module_fix() {
+	local pkgs
+	if [ -n "$container" ]; then
+		echo "in a $container container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then $HOST_DEVICE; or let make demo and make test use a VM"
+		return
+	fi
+	pkgs=$(packages_of rdma_rxe)
+	case $pkgs in
+	'' | - | !) echo "$VM_HINT" ;;
+	*) echo "$(install_line "$pkgs") (rdma_rxe is packaged apart from the kernel here)" ;;
 	esac
 }
 
@@ -124,7 +163,10 @@ find_devices() {
 check_device() {
 	local what='RDMA device' dev parent list=''
 	if [ "${#devices[@]}" -eq 0 ]; then
-		if [ "$rxe_available" = true ]; then
+		if [ -n "$container" ]; then
+			failed "$what" "none in $SYSFS" \
+				"a $container container sees the host's devices: $HOST_DEVICE"
+		elif [ "$rxe_available" = true ]; then
 			failed "$what" "none in $SYSFS" \
 				"as root: rdma link add rxe0 type rxe netdev ${suggested_netdev:-NETDEV} (a netdev with an IPv4 address, not lo)"
 		else
@@ -153,7 +195,7 @@ check_link() {
 		return
 	fi
 	if ! command -v rdma >/dev/null; then
-		failed "$what" "no 'rdma' command to ask" "apt-get install iproute2"
+		failed "$what" "no 'rdma' command to ask" "$(fix_install rdma-tool rdma)"
 		return
 	fi
 	links=$(rdma link show 2>&1) || true
@@ -196,7 +238,7 @@ check_devinfo() {
 		return
 	fi
 	if ! command -v ibv_devinfo >/dev/null; then
-		failed "$what" "not installed" "apt-get install ibverbs-utils"
+		failed "$what" "not installed" "$(fix_install ibv_devinfo ibv_devinfo)"
 		return
 	fi
 	if ! out=$(ibv_devinfo -d "$link_dev" -i "$link_port" 2>&1) ||
@@ -206,7 +248,7 @@ check_devinfo() {
 				"as root: modprobe ib_uverbs"
 		else
 			failed "$what" "libibverbs sees no $link_dev: $(head -n 1 <<<"$out")" \
-				"apt-get install ibverbs-providers (rxe's user-space driver)"
+				"$(fix_install rxe-provider "libibverbs' drivers") (rxe's user-space driver)"
 		fi
 		return
 	fi
@@ -287,11 +329,14 @@ check_address() {
 # check_node WHAT PATH FIX: a device node this user can read and write.
 check_node() {
 	local what=$1 path=$2 fix=$3
-	if [ ! -e "$path" ]; then
+	if [ -n "$container" ] && { [ ! -e "$path" ] || [ ! -r "$path" ] || [ ! -w "$path" ]; }; then
+		failed "$what" "no read-write $path in this $container container" \
+			"start the container with --device $path (or --device /dev/infiniband)"
+	elif [ ! -e "$path" ]; then
 		failed "$what" "no $path" "$fix"
 	elif [ ! -r "$path" ] || [ ! -w "$path" ]; then
 		failed "$what" "$path is not read-write for $user: $(stat -c '%A %U:%G' "$path")" \
-			"rdma-core's udev rules make it so (apt-get install rdma-core), or as root: chmod 0666 $path"
+			"rdma-core's udev rules make it so ($(fix_install rdma-core rdma-core)), or as root: chmod 0666 $path"
 	else
 		ok "$what" "$path is read-write for $user"
 	fi
@@ -345,7 +390,9 @@ check_memlock() {
 		ok "$what" "ulimit -l $limit KiB >= $NEED_KIB KiB, what the server pins (its 4 MiB pool and buffers); --isolation mw can pin up to $NEED_MW_KIB KiB"
 	else
 		limits="a memlock line in /etc/security/limits.conf ('$user - memlock unlimited', then log in again) or LimitMEMLOCK=infinity in a systemd unit"
-		if [ "$hard" = unlimited ] || ((hard >= NEED_KIB)); then
+		if [ -n "$container" ]; then
+			fix="a $container container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK"
+		elif [ "$hard" = unlimited ] || ((hard >= NEED_KIB)); then
 			fix="ulimit -l $NEED_KIB (your hard limit allows it); to keep it: $limits"
 		else
 			fix="only root can raise the hard limit ($hard KiB): $limits, or ulimit -l unlimited in a root shell"
@@ -362,7 +409,7 @@ check_rping() {
 	if [ -z "$addr" ]; then
 		skip "$what" "no usable address"
 	elif ! command -v rping >/dev/null; then
-		skip "$what" "not installed (apt-get install rdmacm-utils)"
+		skip "$what" "not installed ($(fix_install rping rping))"
 	elif rping_works "$addr"; then
 		ok "$what" "a connection to $addr went through"
 	else
@@ -372,6 +419,8 @@ check_rping() {
 }
 
 main() {
+	read_os_release
+	detect_container
 	user=$(id -un)
 	suggested_netdev=$(suggest_netdev)
 	find_devices

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# What scripts/deps.sh and make doctor do on each supported system, read
+# from that system's real /etc/os-release (tests/os-release/*).  Nothing is
+# installed and nothing is changed: deps.sh --dry-run prints the command it
+# would run there, and the doctor is run where rdma_rxe is missing, as on
+# Ubuntu without linux-modules-extra, on Fedora without kernel-modules-extra,
+# or in a container, to see the fix it gives each.
+#
+# Prints "PASS name" or "FAIL name: why" per test, "SKIP name: why" where
+# this user cannot run it.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fixtures=$top/tests/os-release
+deps=$top/scripts/deps.sh
+doctor=$top/scripts/doctor.sh
+work=$(mktemp -d "${TMPDIR:-/tmp}/systems.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+# shellcheck source=scripts/rdma-lib.sh
+. "$top/scripts/rdma-lib.sh"
+
+pass() {
+	echo "PASS systems/$1"
+	passed=$((passed + 1))
+}
+fail() {
+	echo "FAIL systems/$1: $2"
+	failed=$((failed + 1))
+}
+
+KVER=$(uname -r)
+APT="apt-get install -y --no-install-recommends"
+DEBIAN_BUILD_RUN="gcc libc6-dev make pkg-config libibverbs-dev librdmacm-dev ibverbs-providers rdma-core iproute2 ibverbs-utils rdmacm-utils perftest kmod"
+RH_BUILD_RUN="gcc glibc-devel make pkgconf-pkg-config rdma-core-devel libibverbs rdma-core iproute libibverbs-utils librdmacm-utils perftest kmod"
+
+# expect_deps FIXTURE "PURPOSES" WANT [STATUS]: what deps.sh --dry-run says
+# it would do for PURPOSES on that system, its lines joined by "|", and its
+# exit status (0 unless given: 1 where no package can bring a need).
+expect_deps() {
+	local name=$1 purposes=$2 want=$3 want_status=${4:-0} got status=0
+	# shellcheck disable=SC2086 # purposes are words
+	got=$(OS_RELEASE=$fixtures/$name "$deps" --dry-run $purposes 2>&1 | tr '\n' '|') || status=$?
+	got=${got%|}
+	if [ "$status" != "$want_status" ]; then
+		fail "deps/$name/${purposes// /+}" "exited $status, not $want_status: $got"
+	elif [ "$got" != "$want" ]; then
+		fail "deps/$name/${purposes// /+}" "said [$got], want [$want]"
+	else
+		pass "deps/$name/${purposes// /+}"
+	fi
+}
+
+test_deps() {
+	local d12="Debian GNU/Linux 12 (bookworm)" d13="Debian GNU/Linux 13 (trixie)"
+	local u22="Ubuntu 22.04.5 LTS" u24="Ubuntu 24.04.3 LTS"
+	local f="Fedora Linux 42 (Server Edition)" r="Red Hat Enterprise Linux 9.6 (Plow)"
+	local rocky="Rocky Linux 9.6 (Blue Onyx)" alma="AlmaLinux 9.6 (Sage Margay)"
+
+	expect_deps debian-12 "build run" "deps: $d12, build run: $APT $DEBIAN_BUILD_RUN"
+	expect_deps debian-12 "rxe" "deps: $d12 has no package for the rdma_rxe module for the running kernel (rxe)" 1
+	expect_deps debian-12 "vm vm-kernel" "deps: $d12, vm vm-kernel: $APT qemu-system-x86 busybox-static cpio xz-utils zstd linux-image-amd64"
+	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark gnuplot-nox util-linux"
+	expect_deps debian-13 "build run" "deps: $d13, build run: $APT $DEBIAN_BUILD_RUN"
+	expect_deps debian-13 "fuzz" "deps: $d13, fuzz: $APT clang libclang-rt-dev"
+
+	expect_deps ubuntu-22.04 "build run" "deps: $u22, build run: $APT $DEBIAN_BUILD_RUN"
+	expect_deps ubuntu-22.04 "rxe" "deps: $u22, rxe: $APT linux-modules-extra-$KVER"
+	expect_deps ubuntu-22.04 "fuzz" "deps: $u22, fuzz: $APT clang libclang-common-14-dev"
+	expect_deps ubuntu-22.04 "vm vm-kernel" "deps: $u22, vm vm-kernel: $APT qemu-system-x86 busybox-static cpio xz-utils zstd linux-image-generic"
+	expect_deps ubuntu-24.04 "build run" "deps: $u24, build run: $APT $DEBIAN_BUILD_RUN"
+	expect_deps ubuntu-24.04 "rxe" "deps: $u24, rxe: $APT linux-modules-extra-$KVER"
+	expect_deps ubuntu-24.04 "fuzz" "deps: $u24, fuzz: $APT clang libclang-rt-dev"
+
+	expect_deps fedora-42 "build run" "deps: $f, build run: dnf install -y $RH_BUILD_RUN"
+	expect_deps fedora-42 "rxe" "deps: $f, rxe: dnf install -y kernel-modules-extra-$KVER"
+	expect_deps fedora-42 "vm vm-kernel fuzz wire bench" "deps: $f, vm vm-kernel fuzz wire bench: dnf install -y qemu-system-x86-core busybox cpio xz zstd kernel-core kernel-modules-extra clang compiler-rt wireshark-cli gnuplot"
+	expect_deps rhel-9.6 "build run" "deps: $r, build run: dnf install -y $RH_BUILD_RUN"
+	expect_deps rhel-9.6 "rxe" "deps: $r has no package for the rdma_rxe module for the running kernel (rxe)" 1
+	expect_deps rocky-9.6 "build run" "deps: $rocky, build run: dnf install -y $RH_BUILD_RUN"
+	expect_deps almalinux-9.6 "build run" "deps: $alma, build run: dnf install -y $RH_BUILD_RUN"
+}
+
+# A system deps.sh does not know: the needs, by purpose, and a failure.
+test_unknown_system() {
+	local t=deps/unknown_system status=0 out=$work/unknown.out
+	OS_RELEASE=$fixtures/arch "$deps" --dry-run build run >"$out" 2>&1 || status=$?
+	if [ "$status" != 1 ]; then
+		fail "$t" "exited $status, not 1: $(head -c 300 "$out")"
+	elif ! grep -qx 'deps: Arch Linux is not a system this script knows; install by hand:' "$out" ||
+		! grep -qx '  build: libibverbs and its headers (rdma-core)' "$out" ||
+		! grep -qx "  run: rping, rdma_cm's ping" "$out"; then
+		fail "$t" "no list of needs by purpose: $(tr '\n' '|' <"$out")"
+	else
+		pass "$t"
+	fi
+}
+
+# As an ordinary user, deps.sh installs nothing: it prints one command to
+# paste, with sudo, and fails.
+test_not_root() {
+	local t=deps/not_root status=0 out=$work/user.out as_user=()
+	if [ "$(id -u)" = 0 ]; then
+		as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+	fi
+	# Without OS_RELEASE nothing may be missing here: hide a need by
+	# asking for a purpose through a system whose every need is missing.
+	OS_RELEASE=$fixtures/ubuntu-24.04 "${as_user[@]}" "$deps" fuzz >"$out" 2>&1 || status=$?
+	if [ "$status" != 1 ]; then
+		fail "$t" "exited $status, not 1: $(head -c 300 "$out")"
+	elif [ "$(grep -c '^  sudo ' "$out")" != 1 ] ||
+		! grep -qx "  sudo apt-get update && sudo $APT clang libclang-rt-dev" "$out"; then
+		fail "$t" "not one command with sudo: $(tr '\n' '|' <"$out")"
+	else
+		pass "$t"
+	fi
+}
+
+# doctor_fix NAME ENV... : make doctor on a machine without rdma_rxe, as
+# that system (OS_RELEASE, container in ENV), into $work/NAME.out.  Where
+# this kernel has rdma_rxe it is hidden, in a mount namespace of its own
+# (root only): its modules, loaded and on disk.
+doctor_fix() {
+	local name=$1 hide=()
+	shift
+	if [ "$(rxe_module)" != none ]; then
+		if [ "$(id -u)" != 0 ]; then
+			echo "SKIP systems/doctor/$name: needs root, to hide this kernel's rdma_rxe in a mount namespace"
+			return 1
+		fi
+		# shellcheck disable=SC2016 # expanded by sh
+		hide=(unshare --mount sh -c 'mount -t tmpfs none /sys/module &&
+			mount -t tmpfs none "/lib/modules/$(uname -r)" && exec "$@"' sh)
+	fi
+	env "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
+}
+
+# expect_fix NAME CHECK WANT: the fix line after "FAIL CHECK: ..." in
+# $work/NAME.out is WANT.
+expect_fix() {
+	local got
+	got=$(grep -A1 "^FAIL $2: " "$work/$1.out" | sed -n 's/^     fix: //p' | head -n 1)
+	if [ "$got" = "$3" ]; then
+		pass "doctor/$1"
+	else
+		fail "doctor/$1" "fix for '$2' is [$got], want [$3]"
+	fi
+}
+
+test_doctor_fixes() {
+	local module='kernel module rdma_rxe'
+	if doctor_fix ubuntu container= OS_RELEASE="$fixtures/ubuntu-24.04"; then
+		expect_fix ubuntu "$module" "sudo $APT linux-modules-extra-$KVER (rdma_rxe is packaged apart from the kernel here)"
+	fi
+	if doctor_fix fedora container= OS_RELEASE="$fixtures/fedora-42"; then
+		expect_fix fedora "$module" "sudo dnf install -y kernel-modules-extra-$KVER (rdma_rxe is packaged apart from the kernel here)"
+	fi
+	if doctor_fix debian container= OS_RELEASE="$fixtures/debian-12"; then
+		expect_fix debian "$module" "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
+	fi
+	if doctor_fix container container=podman OS_RELEASE="$fixtures/ubuntu-24.04"; then
+		expect_fix container "$module" "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM"
+	fi
+}
+
+# A container's locked-memory limit is set where it starts, not in
+# limits.conf: the doctor says so to an ordinary user with too low a limit.
+test_doctor_container_memlock() {
+	local t=doctor/container_memlock line
+	if [ "$(id -u)" != 0 ]; then
+		echo "SKIP systems/$t: needs root, to run as another user with a low ulimit -l (prlimit, setpriv)"
+		return
+	fi
+	container=docker prlimit --memlock=$((1024 * 1024)) \
+		setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		"$doctor" >"$work/memlock.out" 2>&1 || true
+	line=$(grep -A1 '^FAIL memlock: ' "$work/memlock.out" | sed -n 's/^     fix: //p')
+	if [ "$line" = "a docker container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK" ]; then
+		pass "$t"
+	else
+		fail "$t" "fix for memlock is [$line]"
+	fi
+}
+
+test_deps
+test_unknown_system
+test_not_root
+test_doctor_fixes
+test_doctor_container_memlock
+echo "systems: $passed passed, $failed failed"
+[ "$failed" = 0 ]
