@@ -123,6 +123,7 @@ struct server {
 	unsigned int nclosing;
 	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
+	int stopped_by; /* the signal that ended serve() */
 };
 
 /* Beyond the core path: defined after the banner below. */
@@ -130,12 +131,13 @@ static int parse_options(int argc, char **argv, struct options *opt);
 static void usage(FILE *out);
 static int signals_open(struct server *srv);
 static int signal_take(struct server *srv);
-static void shutdown_print(const struct server *srv, int signo);
+static void shutdown_print(const struct server *srv);
 static int async_handle(struct server *srv);
 static int srq_limit_arm(struct server *srv);
 static int windows_check(struct server *srv);
 static int window_alloc(struct server *srv, struct conn *conn);
 static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
+static unsigned int window_fence(const struct conn *conn);
 static void window_unbind(struct conn *conn);
 static bool busy_poll_begin(struct server *srv);
 static int cq_spin(struct server *srv);
@@ -192,6 +194,9 @@ static int listen_open(struct server *srv)
  * rkey and the bounds of this region.  (REMOTE_WRITE requires LOCAL_WRITE.)
  * The pool is page-aligned, and so is every 4 KiB chunk of it: memory is
  * pinned and translated by whole pages, so two slices never share a page.
+ * Under --isolation mw the pool is not registered as a whole at all: no
+ * key to all of it exists, and each slice gets a region of its own when it
+ * is granted (window_bind()).
  */
 static int pool_register(struct server *srv)
 {
@@ -201,6 +206,11 @@ static int pool_register(struct server *srv)
 	if (!srv->pool_mem)
 		return fail("aligned_alloc(pool)", ENOMEM);
 	memset(srv->pool_mem, 0, size);
+	if (srv->opt.isolation) {
+		printf("pool addr=0x%" PRIxPTR " size=%zu rkey=none\n",
+		       (uintptr_t)srv->pool_mem, size);
+		return 0;
+	}
 	srv->pool_mr =
 		ibv_reg_mr(srv->pd, srv->pool_mem, size,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -283,10 +293,11 @@ static int srq_open(struct server *srv)
  * The CQ must have room for every completion that can be outstanding at
  * once, or the NIC overruns it and the CQ goes into error.  Receives: at
  * most one per SRQ entry, since a buffer is reposted only after its
- * completion is handled.  Sends: at most SQ_DEPTH per connection (when a
- * QP fails, even the unsignaled bind completes, with an error), and
- * --max-conns connections, closing ones included: a connection counts
- * until its QP is destroyed.  (At most 1024 * 9 + 65536: no overflow.)
+ * completion is handled.  Sends: at most SQ_DEPTH per connection, every
+ * one signaled, and --max-conns connections that can still complete a
+ * send: a closing connection stops counting once its last send has
+ * completed (conns_sending()), since after that only receives can complete
+ * on its QP, and those are the SRQ's.  (At most 1024 * 9 + 65536.)
  */
 static int cq_depth(const struct options *opt)
 {
@@ -463,6 +474,8 @@ static struct conn *conn_find(struct server *srv, uint32_t qp_num)
 
 /* ---- control messages and doorbells ------------------------------------- */
 
+static void conn_close(struct server *srv, struct conn *conn);
+
 /*
  * Replies are sent from a registered buffer taken from the pool of free
  * ones.  The NIC reads the buffer some time after ibv_post_send() returns,
@@ -480,23 +493,24 @@ static void reply_send(struct server *srv, struct conn *conn,
 		.sg_list = &sge,
 		.num_sge = 1,
 		.opcode = IBV_WR_SEND,
-		.send_flags = IBV_SEND_SIGNALED,
+		.send_flags = IBV_SEND_SIGNALED | window_fence(conn),
 	};
 	struct ibv_send_wr *bad;
 	uint32_t index;
 	int ret;
+
 	if (conn->sending >= SEND_DEPTH) {
 		errorf("qp=0x%" PRIx32 " sent more than %d requests without "
 		       "waiting for replies: disconnecting it",
 		       conn->qp_num, SEND_DEPTH);
-		rdma_disconnect(conn->id);
+		conn_close(srv, conn);
 		return;
 	}
 	if (!srv->nsend_free) {
 		errorf("no reply buffer is free (all %u are in flight): "
 		       "qp=0x%" PRIx32 " gets no reply and is disconnected",
 		       srv->opt.max_conns * SEND_DEPTH, conn->qp_num);
-		rdma_disconnect(conn->id);
+		conn_close(srv, conn);
 		return;
 	}
 	index = srv->send_free[--srv->nsend_free];
@@ -507,7 +521,7 @@ static void reply_send(struct server *srv, struct conn *conn,
 	if (ret) {
 		srv->send_free[srv->nsend_free++] = index;
 		fail("ibv_post_send(reply)", ret);
-		rdma_disconnect(conn->id);
+		conn_close(srv, conn);
 		return;
 	}
 	conn->sending++;
@@ -517,7 +531,7 @@ static void reply_send(struct server *srv, struct conn *conn,
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len)
 {
-	uint32_t asked, rkey = srv->pool_mr->rkey;
+	uint32_t asked, rkey = srv->pool_mr ? srv->pool_mr->rkey : 0;
 	int err = alloc_request(&srv->pool, buf, len, &conn->slice, &asked);
 	struct ctrl_msg reply = {
 		.magic = CTRL_MAGIC,
@@ -591,7 +605,8 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
  * (IBV_WC_WR_FLUSH_ERR) is only the echo of that: the QP was already in
  * the error state, for a reason reported before, or because it is closing.
  */
-static void on_failure(struct conn *conn, const struct ibv_wc *wc)
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc)
 {
 	const char *what = "reply";
 
@@ -602,30 +617,31 @@ static void on_failure(struct conn *conn, const struct ibv_wc *wc)
 	if (wc->status != IBV_WC_WR_FLUSH_ERR)
 		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
 		       wc_status_name(wc->status));
-	if (!conn->closing)
-		rdma_disconnect(conn->id); /* DISCONNECTED follows */
+	conn_close(srv, conn);
 }
 
 /*
- * A reply completed, well or not: its send-queue entry is free again, and
- * its buffer, named by its wr_id, goes back to the free ones (only now has
- * the NIC certainly finished reading it).  The window bind is unsignaled
- * and counted in SQ_DEPTH instead: it completes only if it fails.
+ * A reply or a window bind completed, well or not: its send-queue entry is
+ * free, and one completion fewer can come from this connection.  A reply's
+ * buffer, named by its wr_id, goes back to the free ones (only now has the
+ * NIC certainly finished reading it).
  */
 static void send_done(struct server *srv, struct conn *conn, uint64_t wr_id)
 {
-	if (WRID_KIND(wr_id) != WRID_SEND)
-		return;
 	if (conn)
 		conn->sending--;
-	srv->send_free[srv->nsend_free++] = WRID_INDEX(wr_id);
+	if (WRID_KIND(wr_id) == WRID_SEND)
+		srv->send_free[srv->nsend_free++] = WRID_INDEX(wr_id);
 }
 
 /*
  * One work completion from the shared CQ, by what it completed.  Its
- * connection is always there: a QP is destroyed only once every completion
- * it can make has been handled (see conn_close()), so no qp_num is reused
- * while one is on its way.  A closing connection's messages go unanswered.
+ * connection is still there: a QP is destroyed only once nothing of it can
+ * complete (conns_reap()), so no qp_num is reused while a completion is on
+ * its way; only a device that never raises LAST_WQE_REACHED and completes a
+ * receive after CLOSE_TIMEOUT_MS could break that, and then the completion
+ * is reported and its buffer reposted all the same.  A closing
+ * connection's messages go unanswered.
  * Whatever a receive brought, its buffer goes straight back to the SRQ, so
  * that the stock of receives stays full.
  */
@@ -639,7 +655,7 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 		       "connection of ours",
 		       wc->qp_num);
 	} else if (wc->status != IBV_WC_SUCCESS) {
-		on_failure(conn, wc);
+		on_failure(srv, conn, wc);
 	} else if (!conn->closing) {
 		switch (wc->opcode) {
 		case IBV_WC_RECV:
@@ -713,6 +729,32 @@ static void conn_reject(struct rdma_cm_id *id, const char *reason)
 	rdma_destroy_id(id);
 }
 
+/*
+ * The connections that can still complete a send: every open one, and a
+ * closing one until its last send has completed.  Only these count toward
+ * --max-conns, which is what the CQ is sized for (cq_depth()).
+ */
+static unsigned int conns_sending(const struct server *srv)
+{
+	unsigned int n = 0;
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
+		n += !conn->closing || conn->sending;
+	return n;
+}
+
+/*
+ * At the limit, a closing connection may have completed its last send
+ * since the CQ was drained: drain it once more before saying no.
+ */
+static bool conns_full(struct server *srv)
+{
+	if (conns_sending(srv) < srv->opt.max_conns)
+		return false;
+	cq_drain(srv);
+	return conns_sending(srv) >= srv->opt.max_conns;
+}
+
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
 	int err;
@@ -728,7 +770,7 @@ static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 		conn_reject(id, "other-device");
 		return 0;
 	}
-	if (srv->nconns == srv->opt.max_conns) {
+	if (conns_full(srv)) {
 		conn_reject(id, "server-full");
 		return 0;
 	}
@@ -737,27 +779,29 @@ static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 	return 0;
 }
 
-/* How long a closing QP may wait for its last events: see conn_close(). */
+/*
+ * How long a closing QP waits for IBV_EVENT_QP_LAST_WQE_REACHED on a device
+ * that never raises it, and how long for its last sends to complete before
+ * the server gives up on them: see conns_reap().
+ */
 #define CLOSE_TIMEOUT_MS 2000
+#define CLOSE_GIVE_UP_MS 10000
 
 /*
- * A connection is over: close it by the book.  Its QP shares the SRQ and
- * the CQ with the others, so it cannot simply be destroyed:
- *   1. first handle what the CQ already holds for it (the last doorbells);
- *   2. move the QP to the error state: the NIC takes nothing more from
- *      this client, and every send still queued completes with
- *      IBV_WC_WR_FLUSH_ERR; rdma_disconnect() tells the client;
- *   3. the slice goes back to the pool now: through a QP in the error
- *      state no more data lands (and the window of --isolation mw dies
- *      first, which kills its key);
- *   4. wait for IBV_EVENT_QP_LAST_WQE_REACHED, the device's word that the
- *      QP will take no more receives from the SRQ, and for every send's
- *      completion (sending back to 0); then conns_reap() destroys it.
- * Destroying it sooner loses what is still on its way: a receive whose
- * completion dies with its QP is never reposted (the SRQ is one smaller
- * for good), a reply buffer never comes back, and a late completion may
- * carry a QP number that a new connection already has.  Soft-RoCE never
- * raises the event: there the wait ends after CLOSE_TIMEOUT_MS.
+ * A connection is over: stop its QP.  In the error state it takes nothing
+ * more from the client, and every send still queued on it completes with
+ * IBV_WC_WR_FLUSH_ERR.  rdma_disconnect() tells the client, if it is still
+ * connected (librdmacm moves the QP to the error state too; doing it here
+ * first makes the step plain, whatever state the connection manager is
+ * in).  The QP shares the SRQ and the CQ with the others, so it cannot be
+ * destroyed yet, nor its slice lent again: a write the NIC is already
+ * placing may still land, and completions of its work requests may still
+ * come.  conns_reap() destroys it once nothing of it can.
+ *
+ * Called when the client goes (DISCONNECTED), and when the server ends the
+ * connection itself (a failed completion, too many requests): then no
+ * DISCONNECTED event need follow, and none comes when the client has not
+ * finished connecting (no DREQ can be sent before ESTABLISHED).
  */
 static void conn_close(struct server *srv, struct conn *conn)
 {
@@ -765,59 +809,96 @@ static void conn_close(struct server *srv, struct conn *conn)
 
 	if (conn->closing)
 		return;
-	cq_drain(srv);
 	check("ibv_modify_qp(IBV_QPS_ERR)",
 	      ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE));
-	/* Tells the client; fails harmlessly if it went first. */
+	/* Fails harmlessly if the client went first. */
 	rdma_disconnect(conn->id);
 	conn->closing = true;
 	conn->closed_at = now_seconds();
 	srv->nclosing++;
-
-	window_unbind(conn);
-	if (conn->slice.len)
-		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
-	printf("disconnect qp=0x%" PRIx32 " freed=%zu\n", conn->qp_num,
-	       conn->slice.len);
-	conn->slice = (struct slice){ 0 };
+	printf("disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
 }
 
 /*
- * Destroy every closing connection whose QP is done: the device has said
- * IBV_EVENT_QP_LAST_WQE_REACHED and every send has completed, or
- * CLOSE_TIMEOUT_MS has passed without that.  Called right after a drain of
- * the CQ, so that whatever the QP had completed has been handled.  The
- * line says how long it took and whether the event came.
+ * Nothing of a closing QP can complete any more: every send has completed
+ * (after the error state they are flushed), and the device has said
+ * IBV_EVENT_QP_LAST_WQE_REACHED, its word that the QP will take no more
+ * receives from the SRQ.  A device that never says it (rxe before Linux
+ * 6.5, siw) gets CLOSE_TIMEOUT_MS instead.  A send still outstanding after
+ * CLOSE_GIVE_UP_MS never will be: a broken device must not keep the
+ * server from ending.
+ */
+static bool conn_quiet(const struct conn *conn, double now)
+{
+	double ms = (now - conn->closed_at) * 1000;
+
+	if (!conn->closing)
+		return false;
+	if (conn->sending)
+		return ms >= CLOSE_GIVE_UP_MS;
+	return conn->last_wqe || ms >= CLOSE_TIMEOUT_MS;
+}
+
+/*
+ * Give back what a quiet connection held and destroy its QP.  The line
+ * says how long that took and what ended the wait: the device's event, or
+ * the timer.
+ */
+static void conn_destroy(struct server *srv, struct conn *conn, double now)
+{
+	if (conn->sending)
+		errorf("qp=0x%" PRIx32 ": %u sends still outstanding after "
+		       "%d ms: destroying it anyway",
+		       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
+	window_unbind(conn);
+	if (conn->slice.len)
+		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	printf("destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s "
+	       "freed=%zu\n",
+	       conn->qp_num, (now - conn->closed_at) * 1000,
+	       conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
+	srv->nconns--;
+	srv->nclosing--;
+	rdma_destroy_qp(conn->id);
+	rdma_destroy_id(conn->id);
+	free(conn);
+}
+
+/*
+ * Destroy every closing connection that is quiet, in the order the verbs
+ * ask for a QP on an SRQ: error state (conn_close()), LAST_WQE_REACHED
+ * (or the timer), then drain the CQ, so that the QP's last completions are
+ * handled while its connection still exists, and only then destroy it.
+ * Destroying it sooner loses what is still on its way: a receive whose
+ * completion dies with its QP is never reposted (the SRQ is one smaller for
+ * good), a reply buffer never comes back, and a late completion may carry
+ * a QP number that a new connection already has.
  */
 static void conns_reap(struct server *srv)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
+	bool any = false;
 
+	for (conn = srv->conns; conn; conn = conn->next)
+		any = any || conn_quiet(conn, now);
+	if (!any)
+		return;
+	cq_drain(srv);
 	while ((conn = *link)) {
-		double ms = (now - conn->closed_at) * 1000;
-
-		if (!conn->closing || ((!conn->last_wqe || conn->sending) &&
-				       ms < CLOSE_TIMEOUT_MS)) {
+		if (conn_quiet(conn, now)) {
+			*link = conn->next;
+			conn_destroy(srv, conn, now);
+		} else {
 			link = &conn->next;
-			continue;
 		}
-		printf("destroy qp=0x%" PRIx32 " after_ms=%.0f last_wqe=%s "
-		       "sends_pending=%u\n",
-		       conn->qp_num, ms, conn->last_wqe ? "yes" : "no",
-		       conn->sending);
-		*link = conn->next;
-		srv->nconns--;
-		srv->nclosing--;
-		rdma_destroy_qp(conn->id);
-		rdma_destroy_id(conn->id);
-		free(conn);
 	}
 }
 
 /*
  * At the end: close every connection, then keep taking events and
- * completions until each QP could be destroyed (CLOSE_TIMEOUT_MS at most).
+ * completions until each QP could be destroyed (CLOSE_TIMEOUT_MS at most,
+ * unless sends are still outstanding).
  */
 static void conns_close_all(struct server *srv)
 {
@@ -864,12 +945,15 @@ static int cm_handle(struct server *srv)
 		return err ? err : 1;
 	}
 	case RDMA_CM_EVENT_ESTABLISHED:
-		printf("connect qp=0x%" PRIx32 "\n", conn->qp_num);
+		if (!conn->closing)
+			printf("connect qp=0x%" PRIx32 "\n", conn->qp_num);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_REJECTED:
+		/* First what the CQ holds for it: its last doorbells. */
+		cq_drain(srv);
 		if (conn)
 			conn_close(srv, conn);
 		break;
@@ -959,7 +1043,7 @@ static int serve(struct server *srv)
 		if (fds[SIG].revents)
 			signo = signal_take(srv);
 	}
-	shutdown_print(srv, signo);
+	srv->stopped_by = signo;
 	return 0;
 }
 
@@ -1006,10 +1090,16 @@ static void verbs_close(struct server *srv)
 	srv->verbs = NULL;
 }
 
-/* Teardown in reverse order of setup; safe on a half-built server. */
+/*
+ * Teardown in reverse order of setup; safe on a half-built server.  After
+ * a signal, the last line says what came back once every connection was
+ * closed: a receive or a chunk missing then was lost.
+ */
 static void server_close(struct server *srv)
 {
 	conns_close_all(srv);
+	if (srv->stopped_by)
+		shutdown_print(srv);
 	verbs_close(srv);
 	if (srv->listener)
 		rdma_destroy_id(srv->listener);
@@ -1223,13 +1313,13 @@ static int signal_take(struct server *srv)
 	return (int)info.ssi_signo;
 }
 
-/* The last line: which signal, and what was still in use. */
-static void shutdown_print(const struct server *srv, int signo)
+/* The last line: which signal, and what came back. */
+static void shutdown_print(const struct server *srv)
 {
 	char what[48];
 
 	snprintf(what, sizeof(what), "shutdown signal=SIG%s",
-		 sigabbrev_np(signo));
+		 sigabbrev_np(srv->stopped_by));
 	stats_print(srv, what);
 }
 
@@ -1268,7 +1358,7 @@ static int async_handle(struct server *srv)
 		       event.element.qp->qp_num);
 		conn = conn_find(srv, event.element.qp->qp_num);
 		if (conn)
-			rdma_disconnect(conn->id); /* DISCONNECTED follows */
+			conn_close(srv, conn);
 		break;
 	case IBV_EVENT_CQ_ERR:
 	case IBV_EVENT_SRQ_ERR:
@@ -1306,10 +1396,11 @@ static int srq_limit_arm(struct server *srv)
 
 /*
  * The pool's rkey opens all of the pool to whoever holds it; with
- * --isolation mw, the client gets the rkey of a type 2 memory window over
- * its slice alone instead.  A type 2 window is bound by a work request on
- * the client's own QP and works only through that QP.  Without the option,
- * each of these functions does nothing.
+ * --isolation mw, the pool has no rkey at all (pool_register()), and the
+ * client gets the rkey of a type 2 memory window over its slice alone.  A
+ * type 2 window is bound by a work request on the client's own QP and
+ * works only through that QP.  Without the option, each of these functions
+ * does nothing.
  */
 
 /* --isolation mw needs type 2 memory windows: not every device has them. */
@@ -1343,21 +1434,25 @@ static int window_alloc(struct server *srv, struct conn *conn)
 
 /*
  * Bind the window over the slice just granted, and hand out its rkey in
- * *rkey instead of the pool's.  ibv_inc_rkey() gives the key a fresh low
- * byte, so no earlier key of this window can match.  The bind goes on the
- * send queue before the reply, and a send queue keeps its order: the
- * window is bound before the client can know its key.  The bind is
- * unsignaled: the reply's completion retires it, and its send-queue entry
- * is the one SQ_DEPTH keeps for it.
+ * *rkey.  ibv_inc_rkey() gives the key a fresh low byte, so no earlier key
+ * of this window can match.  The bind goes on the send queue before the
+ * reply, and the reply is fenced (window_fence()): the window is bound
+ * before the client can know its key.  The bind is signaled like every
+ * send, so that conn->sending counts all that can still complete; its
+ * send-queue entry is the one SQ_DEPTH keeps for it.
  *
- * The window sits on a region registered for this slice alone, not on the
- * pool MR.  By the verbs, every access through a window is checked against
- * the window's bounds; Soft-RoCE (rxe, Linux 6.1 at least) checks only the
- * bounds of the region underneath, so over the pool MR a client could still
- * write into its neighbour's slice.  With a region per slice, the two checks
- * are the same one.  MW_BIND lets windows be bound over it; LOCAL_WRITE is
- * required for a window that allows REMOTE_WRITE.  If the window cannot be
- * bound, the slice goes back to the pool and the client is denied.
+ * The window sits on a region registered for this slice alone: the only
+ * pin of these pages, since the pool has no region of its own under
+ * isolation.  By the verbs, every access through a window is checked
+ * against the window's bounds; Soft-RoCE (rxe, Linux 6.1 and 6.12) checks
+ * only the bounds of the region underneath, so over one region for the
+ * whole pool a client could still write into its neighbour's slice.  With
+ * a region per slice, the two checks are the same one.  The region itself
+ * allows no remote access: MW_BIND lets windows be bound over it, and
+ * LOCAL_WRITE is required for a window that allows REMOTE_WRITE.  If the
+ * window cannot be bound, the slice goes back to the pool and the client
+ * is denied (ENOMEM when the region cannot be pinned: mr_fail() says
+ * whether the locked-memory limit is why).
  */
 static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
@@ -1365,6 +1460,7 @@ static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 	struct ibv_send_wr wr = {
 		.wr_id = WRID_BIND,
 		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
 		.bind_mw.mw = conn->window,
 		.bind_mw.bind_info.addr = (uintptr_t)slice,
 		.bind_mw.bind_info.length = conn->slice.len,
@@ -1390,6 +1486,7 @@ static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 		err = fail("ibv_post_send(bind window)", err);
 		goto out_dereg;
 	}
+	conn->sending++;
 	*rkey = wr.bind_mw.rkey;
 	return 0;
 
@@ -1403,9 +1500,22 @@ out_free_slice:
 }
 
 /*
- * The client is gone, and its QP in the error state: invalidate its key
- * (deallocating the window does that) before its slice goes back to the
- * pool, then drop the region the window sat on.
+ * A reply may publish the key of a window bound just before it, so the
+ * bind must be done before the reply goes out.  A send after a bind on the
+ * same QP is ordered (ibv_bind_mw(3)), rxe runs them in order and mlx5
+ * fences the work request after a bind by itself; IBV_SEND_FENCE asks for
+ * it in the work request, whatever the device.  It costs nothing here: the
+ * server has no RDMA READ or atomic outstanding for a fence to wait on.
+ */
+static unsigned int window_fence(const struct conn *conn)
+{
+	return conn->window ? IBV_SEND_FENCE : 0;
+}
+
+/*
+ * The client is gone and its QP quiet: invalidate its key (deallocating
+ * the window does that) before its slice goes back to the pool, then drop
+ * the region the window sat on.
  */
 static void window_unbind(struct conn *conn)
 {

@@ -3,11 +3,16 @@
  * tests: it sends control messages of any length and content, and writes or
  * reads wherever it is told, inside its slice or not.
  *
- *   usage: ctrl_peer [--rnr-retry N] <server_ip> <port> STEP...
+ *   usage: ctrl_peer [--rnr-retry N] [--no-rtu] <server_ip> <port> STEP...
  *
  *   --rnr-retry N     the rnr_retry_count of our connect request (default
  *                     6); the server's NIC applies it to its own QP, when
  *                     we have no receive posted for its reply (7: forever)
+ *   --no-rtu          connect without ever finishing the handshake: our QP
+ *                     is made ready by hand when the server's reply (REP)
+ *                     comes, but the last message (RTU) is never sent, so
+ *                     the server's side of the connection never becomes
+ *                     ESTABLISHED, though its QP already works
  *
  *   req:SIZE          a well-formed REQ_ALLOC for SIZE bytes
  *   send:LEN:MAGIC:VERSION:TYPE:SIZE
@@ -15,6 +20,8 @@
  *                     with zeros to LEN bytes
  *   write:OFF:VALUE   RDMA WRITE the 32-bit VALUE at granted addr + OFF
  *                     (OFF in bytes, may be negative)
+ *   writeto:ADDR:VALUE:RKEY
+ *                     the same at address ADDR, with the key RKEY
  *   read:OFF          RDMA READ the 32 bits at granted addr + OFF
  *   sleep:MS          hold the connection that long
  *   blind:N           N REQ_ALLOCs of 4096 bytes, one after the other, with
@@ -56,6 +63,8 @@ struct peer {
 	uint64_t addr;		  /* of the granted slice, once granted */
 	uint32_t rkey;
 	uint8_t rnr_retry;
+	bool no_rtu;
+	struct ibv_qp *qp; /* ours, or the cm_id's */
 };
 
 static int cm_expect(struct peer *p, enum rdma_cm_event_type expected)
@@ -76,6 +85,32 @@ static int cm_expect(struct peer *p, enum rdma_cm_event_type expected)
 		errorf("got %s, not %s", rdma_event_str(type),
 		       rdma_event_str(expected));
 		return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * --no-rtu: a QP of our own rather than rdma_create_qp()'s.  librdmacm then
+ * leaves the end of the handshake to us: the server's REP arrives as
+ * RDMA_CM_EVENT_CONNECT_RESPONSE, and only rdma_establish() would send the
+ * RTU.  We bring the QP to RTS with the attributes rdma_cm computed, and
+ * never call it.
+ */
+static int qp_ready_by_hand(struct peer *p)
+{
+	static const enum ibv_qp_state states[] = { IBV_QPS_INIT, IBV_QPS_RTR,
+						    IBV_QPS_RTS };
+	struct ibv_qp_attr attr;
+	int mask;
+
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		attr = (struct ibv_qp_attr){ .qp_state = states[i] };
+		if (rdma_init_qp_attr(p->id, &attr, &mask))
+			return fail("rdma_init_qp_attr", errno);
+		if (states[i] == IBV_QPS_RTS)
+			attr.rnr_retry = p->rnr_retry;
+		if (ibv_modify_qp(p->qp, &attr, mask))
+			return fail("ibv_modify_qp", errno);
 	}
 	return 0;
 }
@@ -122,15 +157,26 @@ static int peer_connect(struct peer *p, const char *server, const char *port)
 	if (!p->cq)
 		return fail("ibv_alloc_pd/ibv_create_cq", errno);
 	attr.send_cq = attr.recv_cq = p->cq;
-	if (rdma_create_qp(p->id, p->pd, &attr))
+	if (p->no_rtu) {
+		p->qp = ibv_create_qp(p->pd, &attr);
+		if (!p->qp)
+			return fail("ibv_create_qp", errno);
+		param.qp_num = p->qp->qp_num;
+	} else if (rdma_create_qp(p->id, p->pd, &attr)) {
 		return fail("rdma_create_qp", errno);
+	} else {
+		p->qp = p->id->qp;
+	}
 	p->mr = ibv_reg_mr(p->pd, p->buf, sizeof(p->buf),
 			   IBV_ACCESS_LOCAL_WRITE);
 	if (!p->mr)
 		return fail("ibv_reg_mr", errno);
 	if (rdma_connect(p->id, &param))
 		return fail("rdma_connect", errno);
-	return cm_expect(p, RDMA_CM_EVENT_ESTABLISHED);
+	if (!p->no_rtu)
+		return cm_expect(p, RDMA_CM_EVENT_ESTABLISHED);
+	err = cm_expect(p, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	return err ? err : qp_ready_by_hand(p);
 }
 
 static int cq_wait(struct peer *p, struct ibv_wc *wc)
@@ -153,7 +199,7 @@ static int cq_wait(struct peer *p, struct ibv_wc *wc)
 static int send_one(struct peer *p, struct ibv_send_wr *wr, struct ibv_wc *wc)
 {
 	struct ibv_send_wr *bad;
-	int ret = ibv_post_send(p->id->qp, wr, &bad);
+	int ret = ibv_post_send(p->qp, wr, &bad);
 
 	if (ret)
 		return fail("ibv_post_send", ret);
@@ -181,9 +227,9 @@ static int step_send(struct peer *p, uint32_t len, const struct ctrl_msg *msg)
 
 	memset(p->buf[0], 0, BUF_SIZE);
 	msg_encode(msg, p->buf[0]);
-	if (ibv_post_recv(p->id->qp, &rwr, &bad))
+	if (ibv_post_recv(p->qp, &rwr, &bad))
 		return fail("ibv_post_recv", errno);
-	if (ibv_post_send(p->id->qp, &wr, &sbad))
+	if (ibv_post_send(p->qp, &wr, &sbad))
 		return fail("ibv_post_send", errno);
 	/* The send's and the reply's completions, in either order. */
 	for (int done = 0; done < 2; done++) {
@@ -212,7 +258,7 @@ static int step_send(struct peer *p, uint32_t len, const struct ctrl_msg *msg)
 }
 
 static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
-		     uint32_t value)
+		     uint32_t value, uint32_t rkey)
 {
 	struct ibv_sge sge = { (uintptr_t)p->buf[2], 4, p->mr->lkey };
 	struct ibv_send_wr wr = {
@@ -221,7 +267,7 @@ static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
 		.opcode = opcode,
 		.send_flags = IBV_SEND_SIGNALED,
 		.wr.rdma.remote_addr = p->addr + (uint64_t)off,
-		.wr.rdma.rkey = p->rkey,
+		.wr.rdma.rkey = rkey,
 	};
 	struct ibv_wc wc;
 	uint32_t be = htobe32(value);
@@ -306,9 +352,14 @@ static int step_run(struct peer *p, const char *step)
 		return step_send(p, (uint32_t)a, &msg);
 	}
 	if (sscanf(step, "write:%lli:%lli", &off, &a) == 2)
-		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a);
+		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a,
+				 p->rkey);
+	if (sscanf(step, "writeto:%lli:%lli:%lli", &a, &b, &c) == 3)
+		return step_rdma(p, IBV_WR_RDMA_WRITE,
+				 (int64_t)(a - p->addr), (uint32_t)b,
+				 (uint32_t)c);
 	if (sscanf(step, "read:%lli", &off) == 1)
-		return step_rdma(p, IBV_WR_RDMA_READ, off, 0);
+		return step_rdma(p, IBV_WR_RDMA_READ, off, 0, p->rkey);
 	if (sscanf(step, "blind:%lli", &a) == 1 && a <= 64)
 		return step_blind(p, (uint32_t)a);
 	if (strcmp(step, "kill") == 0)
@@ -331,14 +382,22 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	p.rnr_retry = 6;
-	if (argc > 2 && strcmp(argv[1], "--rnr-retry") == 0) {
-		p.rnr_retry = (uint8_t)atoi(argv[2]);
-		argv += 2;
-		argc -= 2;
+	for (;;) {
+		if (argc > 2 && strcmp(argv[1], "--rnr-retry") == 0) {
+			p.rnr_retry = (uint8_t)atoi(argv[2]);
+			argv += 2;
+			argc -= 2;
+		} else if (argc > 1 && strcmp(argv[1], "--no-rtu") == 0) {
+			p.no_rtu = true;
+			argv++;
+			argc--;
+		} else {
+			break;
+		}
 	}
 	if (argc < 3) {
-		errorf("usage: ctrl_peer [--rnr-retry N] <server_ip> <port> "
-		       "STEP...");
+		errorf("usage: ctrl_peer [--rnr-retry N] [--no-rtu] <server_ip> "
+		       "<port> STEP...");
 		return EXIT_FAILURE;
 	}
 	err = peer_connect(&p, argv[1], argv[2]);
@@ -347,6 +406,8 @@ int main(int argc, char **argv)
 	if (p.id && p.id->qp) {
 		rdma_disconnect(p.id);
 		rdma_destroy_qp(p.id);
+	} else if (p.qp) {
+		ibv_destroy_qp(p.qp);
 	}
 	if (p.mr)
 		ibv_dereg_mr(p.mr);

@@ -76,9 +76,12 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_max_conns "$server" $((port + 3))
 	test_load "$server" $((port + 4))
 	test_stuck_replies "$server" $((port + 7))
+	test_closed_before_established "$server" $((port + 8))
+	test_burst_at_the_limit "$server" $((port + 9))
 	test_isolation "$server" $((port + 5)) none
 	test_isolation "$server" $((port + 6)) mw
-	port=$((port + 8))
+	test_isolation_unprivileged "$server" $((port + 10))
+	port=$((port + 11))
 done
 test_client_args
 test_bench_smoke

@@ -23,7 +23,6 @@ declare -A DESIGNED=(
 	[verbs_open]="the event-driven server also registers its reply buffers"
 	[verbs_close]="... and gives back the channel and the reply buffers"
 	[reply_send]="inline from the stack, or from a registered buffer"
-	[on_request]="reply_send needs the server (its buffers) in one of them"
 	[send_done]="a completed reply gives its buffer back, by wr_id"
 	[on_completion]="send_done needs the wr_id in one of them"
 	[serve]="the tick loop, or poll() on the descriptors"
