@@ -28,7 +28,7 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) $(SANITIZERS) \
 LIBS = $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
-TOOLS = tests/unit_common tests/ctrl_peer tests/cm_probe
+TOOLS = tests/unit_common tests/unit_client tests/ctrl_peer tests/cm_probe
 FUZZER = build/fuzz_ctrl_msg
 FUZZ_SECONDS = 20
 # Rebuild everything when the flags change (SANITIZE=1 and back).
@@ -52,6 +52,9 @@ $(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS) \
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
 
 # libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
+# The client's batching, tested with the client's own source compiled in.
+tests/unit_client: rdma_pool_client.c
+
 $(FUZZER): tests/fuzz_ctrl_msg.c common/common.c common/common.h | check-build
 	@mkdir -p build
 	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \

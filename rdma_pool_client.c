@@ -114,6 +114,7 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected);
 static int ack_timeout_set(struct client *cl);
 static int send_queue_depth(struct client *cl, uint32_t *depth);
+static int qp_fail(struct client *cl, int err);
 static int stream_open(struct client *cl);
 static void stream_close(struct client *cl);
 static int batch_send(struct client *cl, struct doorbell *doorbell);
@@ -267,7 +268,7 @@ static int verbs_open(struct client *cl)
 	attr.send_cq = cl->cq;
 	attr.recv_cq = cl->cq;
 	if (rdma_create_qp(cl->id, cl->pd, &attr))
-		return fail("rdma_create_qp", errno);
+		return qp_fail(cl, errno);
 	cl->has_qp = true;
 
 	/* LOCAL_WRITE: the NIC writes the reply into this memory. */
@@ -453,12 +454,13 @@ static int slice_request(struct client *cl)
  * All K go to the NIC with one ibv_post_send(): one knock on the NIC's door
  * (an MMIO write on a NIC, a system call on Soft-RoCE) per K writes.
  */
-static int batch_post(struct client *cl, uint32_t first, uint32_t last)
+static void batch_fill(struct client *cl, uint32_t first, uint32_t last,
+		       struct doorbell *doorbell)
 {
-	struct doorbell *doorbell = &cl->doorbells[cl->posted % cl->opt.window];
-
-	for (uint32_t i = first; i <= last; i++) {
-		uint32_t k = i - first, slot = (i - 1) % cl->slots;
+	/* Counted by k, not by i: with last == UINT32_MAX, i <= last would
+	 * hold for ever. */
+	for (uint32_t k = 0; k <= last - first; k++) {
+		uint32_t i = first + k, slot = (i - 1) % cl->slots;
 		bool is_doorbell = i == last;
 
 		doorbell->values[k] = htobe32(i);
@@ -484,6 +486,13 @@ static int batch_post(struct client *cl, uint32_t first, uint32_t last)
 		};
 	}
 	doorbell->seq = last;
+}
+
+static int batch_post(struct client *cl, uint32_t first, uint32_t last)
+{
+	struct doorbell *doorbell = &cl->doorbells[cl->posted % cl->opt.window];
+
+	batch_fill(cl, first, last, doorbell);
 	cl->posted++;
 	return batch_send(cl, doorbell);
 }
@@ -810,6 +819,23 @@ static int send_queue_depth(struct client *cl, uint32_t *depth)
 	}
 	*depth = (uint32_t)want;
 	return 0;
+}
+
+/*
+ * The device may refuse a send queue that max_qp_wr allows: mlx5, for one,
+ * reserves room for a larger work request in every entry.  It says only
+ * EINVAL; say which numbers made the queue that deep.
+ */
+static int qp_fail(struct client *cl, int err)
+{
+	fail("rdma_create_qp", err);
+	if (err == EINVAL)
+		errorf("the send queue holds %" PRIu32 " doorbells in flight "
+		       "(-w) of %" PRIu32 " writes each (-k): %" PRIu64
+		       " work requests; try a smaller -k or -w",
+		       cl->opt.window, cl->opt.every,
+		       (uint64_t)cl->opt.every * cl->opt.window);
+	return -err;
 }
 
 /*
