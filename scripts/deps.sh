@@ -71,7 +71,7 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe entries desc pkgs p cmd
+	local mode=install purpose need probe entries desc pkgs p cmd note
 	local wanted=() missing=() unavailable=() unknown=() seen=' '
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -129,6 +129,8 @@ main() {
 		return 0
 	fi
 
+	note=$(note_of)
+	[ -z "$note" ] || say "$note"
 	case $(manager) in
 	apt)
 		cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}")
@@ -140,7 +142,8 @@ main() {
 	case $mode in
 	dry-run)
 		say "$os_name, ${wanted[*]}: ${cmd[*]}"
-		return 0
+		[ "${#unavailable[@]}" -eq 0 ]
+		return
 		;;
 	check)
 		say "missing for ${wanted[*]}: ${missing[*]}; install with:" \

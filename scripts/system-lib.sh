@@ -5,7 +5,7 @@
 #   read_os_release        sets os_id, os_like, os_version and os_name from
 #                          OS_RELEASE, else /etc/os-release (never run: read)
 #   system_keys            the table's keys for this system, most specific
-#                          first: ubuntu-22.04, ubuntu-22, ubuntu, debian
+#                          first: rocky-9.3, rocky-9, rocky, rhel-9.3, ...
 #   manager                apt or dnf (empty if neither)
 #   packages_for ENTRY...  of one row's system=packages entries, this
 #                          system's packages ("-", "!", or empty if none)
@@ -33,15 +33,12 @@ read_os_release() {
 }
 
 system_keys() {
-	local like
-	if [ -n "$os_id" ]; then
-		[ -z "$os_version" ] || echo "$os_id-$os_version"
+	local name
+	for name in $os_id $os_like; do
+		[ -z "$os_version" ] || echo "$name-$os_version"
 		[ -z "$os_version" ] || [ "${os_version%%.*}" = "$os_version" ] ||
-			echo "$os_id-${os_version%%.*}"
-		echo "$os_id"
-	fi
-	for like in $os_like; do
-		echo "$like"
+			echo "$name-${os_version%%.*}"
+		echo "$name"
 	done
 }
 
@@ -65,6 +62,17 @@ packages_for() {
 			fi
 		done
 	done
+}
+
+# note_of: this system's note from the table (a "note" row), if any.
+note_of() {
+	local purpose rest entries
+	while read -r purpose _ _ rest; do
+		[ "$purpose" = note ] || continue
+		read -ra entries <<<"${rest%%#*}"
+		[ -n "$(packages_for "${entries[@]}")" ] && echo "${rest#*# }"
+	done < <(grep -v '^#' "$PACKAGES_TABLE")
+	return 0
 }
 
 packages_of() {
