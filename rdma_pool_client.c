@@ -1,35 +1,24 @@
 /*
  * rdma_pool_client.c - borrows a slice of a server's memory and writes into
- * it with one-sided RDMA WRITEs, ringing a doorbell every K writes.
- *
- * Read this file first: one connection meets every idea of the project, in
- * this order.  The core path, as it runs:
+ * it with one-sided RDMA WRITEs, ringing a doorbell every K writes.  Read
+ * this file first.  The core path, as it runs:
  *
  *   main
  *     cm_resolve      find the server: its address, then a route to it
- *     verbs_open      a protection domain, a completion queue, a queue pair,
- *                     registered memory, and a receive posted for the reply
+ *     verbs_open      PD, CQ, QP, registered memory, a receive for the reply
+ *     stream_open     the work requests of one batch, the doorbells' ring
  *     cm_connect      connect our queue pair to one on the server
- *     slice_request   SEND a REQ_ALLOC; the RESP_ALLOC that comes back holds
- *                     the slice's address, its rkey and its size
+ *     slice_request   SEND a REQ_ALLOC; the RESP_ALLOC holds addr, rkey, size
  *     stream          write i = 1..N into slot (i-1) % slots of the slice:
  *       batch_post      K writes with one ibv_post_send(), the last of them
  *                       the doorbell, an RDMA WRITE WITH IMMEDIATE
  *       doorbell_wait   its completion: the server's NIC has them all
- *     cm_disconnect   say goodbye, so that the server frees the slice at once
+ *     cm_disconnect   say goodbye, so that the server frees the slice
  *     client_close    everything, in reverse order
  *
- * The server's CPU never sees a plain RDMA WRITE: the NIC puts the data in
- * memory and tells nobody.  The doorbell writes its slot like the others,
- * but its immediate value (i) also consumes a receive on the server, and
- * that makes a completion the server's CPU does see.
- *
- * Below the banner "Beyond the core path" is what a first read may skip:
- * the command line, the ACK timeout, the buffers of the stream (a window of
- * doorbells in flight, --no-inline, --post-each) and the round-trip
- * statistics.
- *
- *   usage: rdma_pool_client [options] <server_ip> <alloc_size_bytes>
+ * The server's CPU never sees a plain RDMA WRITE; the doorbell's immediate
+ * value takes a receive there, and that makes a completion it does see.
+ * After the banner: options, errors, --no-inline, --post-each, statistics.
  */
 #include <endian.h>
 #include <errno.h>
@@ -45,13 +34,9 @@
 
 #include "common/common.h"
 
-/*
- * How long any one wait may take: a CM event, a reply, a doorbell.  A
- * server that dies mid-stream shows up sooner, as a failed completion, once
- * the NIC has given up its retries.
- */
+/* How long any one wait may take: a CM event, a reply, a doorbell. */
 #define WAIT_TIMEOUT_MS 10000
-/* wr_id of the two control-message work requests; write i has wr_id i. */
+/* wr_id is ours: the completion hands it back.  Write i has wr_id i. */
 #define WRID_REQ 0
 #define WRID_REPLY UINT64_MAX
 
@@ -81,106 +66,57 @@ struct client {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
-	bool has_qp;
 	uint8_t ctrl[2][CTRL_MSG_SIZE]; /* [0] request out, [1] reply in */
 	struct ibv_mr *ctrl_mr;
 	bool connected;
 
-	/* The slice the server granted. */
-	uint64_t remote_addr;
-	uint32_t rkey;
-	uint32_t slots;
+	uint64_t remote_addr; /* the slice the server granted */
+	uint32_t rkey, slots;
 
-	/* One batch of work requests: K - 1 writes and a doorbell. */
-	struct ibv_send_wr *wrs;
+	struct ibv_send_wr *wrs; /* one batch: K - 1 writes and a doorbell */
 	struct ibv_sge *sges;
 	unsigned int send_flags; /* IBV_SEND_INLINE, unless --no-inline */
-	uint32_t values_lkey;	 /* 0 for inline data, which needs none */
-	/* Doorbells in flight: a ring of W, oldest first. */
-	struct doorbell *doorbells;
+	uint32_t values_lkey;	 /* for --no-inline; inline data needs none */
+	struct doorbell *doorbells; /* in flight: a ring of W, oldest first */
 	uint32_t posted, completed;
+	uint32_t *values; /* the W sets of K values */
 
-	/* Beyond the core path: stream_open() and friends. */
-	uint32_t *values;
-	struct ibv_mr *values_mr;
+	struct ibv_mr *values_mr; /* --no-inline */
 	double *rtts;
 	uint32_t nrtts, max_rtts;
 };
 
-/* Beyond the core path: defined after the banner below. */
+/* Beyond the core path: after the banner below. */
 static int parse_options(int argc, char **argv, struct options *opt);
 static void usage(FILE *out);
-static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
-			 enum rdma_cm_event_type expected);
+static int server_addr(struct client *cl, struct addrinfo **ai);
+static int cm_wait(struct client *cl, enum rdma_cm_event_type expected);
+static int slice_refused(struct client *cl, const struct ctrl_msg *reply);
 static int ack_timeout_set(struct client *cl);
 static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int qp_fail(struct client *cl, int err);
-static int stream_open(struct client *cl);
-static void stream_close(struct client *cl);
-static int batch_send(struct client *cl, struct doorbell *doorbell);
+static int wc_failed(const struct ibv_wc *wc);
+static int values_register(struct client *cl);
+static int rtt_open(struct client *cl);
+static int batch_post_each(struct client *cl, struct doorbell *doorbell);
 static void rtt_record(struct client *cl, const struct doorbell *doorbell);
-static void rtt_report(struct client *cl);
-
-/* ---- finding the server ------------------------------------------------- */
-
-/*
- * The connection manager (librdmacm) reports the progress of a connection
- * as events on an event channel, one at a time: wait (at most
- * WAIT_TIMEOUT_MS) for the next one and check that it is the one the
- * protocol expects now.  Every event must be acknowledged, and whatever it
- * points to is only valid until then.
- */
-static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
-{
-	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
-	struct rdma_cm_event *event;
-	int ret;
-
-	ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
-	if (ret < 0)
-		return fail("poll(cm events)", errno);
-	if (ret == 0) {
-		errorf("no %s from %s within %d ms", rdma_event_str(expected),
-		       cl->opt.server, WAIT_TIMEOUT_MS);
-		return -ETIMEDOUT;
-	}
-	if (rdma_get_cm_event(cl->events, &event))
-		return fail("rdma_get_cm_event", errno);
-	if (event->event != expected)
-		return cm_unexpected(cl, event, expected); /* acks it */
-	rdma_ack_cm_event(event);
-	return 0;
-}
+static void stream_report(struct client *cl, double seconds);
+static bool wait_over(double deadline);
+static int doorbell_lost(const struct doorbell *doorbell,
+			 const struct ibv_wc *wc);
+static void stream_close(struct client *cl);
 
 #define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
 
-/*
- * Name to address with getaddrinfo(), as for a socket.  Then a cm_id, the
- * connection manager's handle on one connection (what a socket is to TCP;
- * RDMA_PS_TCP is its port space: reliable and connected).  Resolving the
- * address finds the local RDMA device that reaches it, which binds the
- * cm_id to that device (cl->id->verbs); resolving the route finds the path
- * through the network.
- */
+/* A cm_id: what a socket is to TCP.  Resolving the address binds it to
+ * the device that reaches the server (cl->id->verbs); then a route. */
 static int cm_resolve(struct client *cl)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC };
 	struct addrinfo *ai;
-	int ret, err;
+	int err = server_addr(cl, &ai);
 
-	ret = getaddrinfo(cl->opt.server, NULL, &hints, &ai);
-	if (ret) {
-		errorf("cannot resolve '%s': %s", cl->opt.server,
-		       gai_strerror(ret));
-		return -EINVAL;
-	}
-	if (ai->ai_family == AF_INET)
-		((struct sockaddr_in *)ai->ai_addr)->sin_port =
-			htons(cl->opt.port);
-	else
-		((struct sockaddr_in6 *)ai->ai_addr)->sin6_port =
-			htons(cl->opt.port);
-
+	if (err)
+		return err;
 	cl->events = rdma_create_event_channel();
 	if (!cl->events) {
 		err = devices_missing("rdma_create_event_channel", errno);
@@ -204,53 +140,31 @@ static int cm_resolve(struct client *cl)
 /* ---- the verbs objects -------------------------------------------------- */
 
 /*
- * A receive work request: the buffer the NIC may fill with the next message
- * that arrives, described by a scatter/gather element (SGE: address, length
- * and the lkey of the registered memory it lies in).  A message that finds
- * no receive posted is answered "receiver not ready" and must be resent
- * later, so this one is posted before anything is sent.
+ * A protection domain (PD: a QP may only use memory registered in its
+ * own), a completion queue (CQ), a reliable-connected (RC) queue pair, and
+ * a memory region (MR) for the control messages; the reply's receive is
+ * posted before we send (or it would meet "receiver not ready").
  */
-static int recv_post_reply(struct client *cl)
+static int verbs_open(struct client *cl)
 {
+	/* A receive for the reply: a buffer as a scatter/gather element
+	 * (SGE: address, length, the lkey of its region). */
 	struct ibv_sge sge = {
 		.addr = (uintptr_t)cl->ctrl[1],
 		.length = CTRL_MSG_SIZE,
-		.lkey = cl->ctrl_mr->lkey,
 	};
-	struct ibv_recv_wr wr = {
+	struct ibv_recv_wr rwr = {
 		.wr_id = WRID_REPLY,
 		.sg_list = &sge,
 		.num_sge = 1,
 	};
 	struct ibv_recv_wr *bad;
-
-	return check("ibv_post_recv", ibv_post_recv(cl->id->qp, &wr, &bad));
-}
-
-/*
- * Everything the NIC needs, made on the device the cm_id is bound to:
- *   - a protection domain (PD): a QP may only touch memory registered in
- *     its own PD, which is what keeps one program's NIC work out of
- *     another's memory;
- *   - a completion queue (CQ): where the NIC reports each finished work
- *     request as a work completion (WC);
- *   - a reliable-connected (RC) queue pair (QP): a send queue and a receive
- *     queue, the endpoint of one connection; "reliable" means the NICs
- *     acknowledge, resend and keep order, as TCP does;
- *   - a memory region (MR) for the two control messages: registering pins
- *     the memory and gives the NIC its address translation, and the lkey
- *     that names it in our own work requests.
- * The CQ must hold every completion that can be outstanding: on an error
- * every queued work request completes, signaled or not.
- */
-static int verbs_open(struct client *cl)
-{
 	struct ibv_qp_init_attr attr = {
 		.qp_type = IBV_QPT_RC,
 		.cap.max_recv_wr = 1,
 		.cap.max_send_sge = 1,
 		.cap.max_recv_sge = 1,
-		/* room for a 4-byte value inside each work request */
+		/* room for a 4-byte value inside each send queue entry */
 		.cap.max_inline_data =
 			cl->opt.inline_data ? sizeof(uint32_t) : 0,
 	};
@@ -261,6 +175,7 @@ static int verbs_open(struct client *cl)
 	cl->pd = ibv_alloc_pd(cl->id->verbs);
 	if (!cl->pd)
 		return fail("ibv_alloc_pd", errno);
+	/* room for every send, and the reply: on an error, all complete */
 	cl->cq = ibv_create_cq(cl->id->verbs, (int)attr.cap.max_send_wr + 1,
 			       NULL, NULL, 0);
 	if (!cl->cq)
@@ -269,35 +184,43 @@ static int verbs_open(struct client *cl)
 	attr.recv_cq = cl->cq;
 	if (rdma_create_qp(cl->id, cl->pd, &attr))
 		return qp_fail(cl, errno);
-	cl->has_qp = true;
 
-	/* LOCAL_WRITE: the NIC writes the reply into this memory. */
+	/* Pinned, and translated for the NIC; LOCAL_WRITE: the reply lands. */
 	cl->ctrl_mr = ibv_reg_mr(cl->pd, cl->ctrl, sizeof(cl->ctrl),
 				 IBV_ACCESS_LOCAL_WRITE);
 	if (!cl->ctrl_mr)
 		return mr_fail("ibv_reg_mr(control messages)", errno);
-	return recv_post_reply(cl);
+	sge.lkey = cl->ctrl_mr->lkey;
+	return check("ibv_post_recv", ibv_post_recv(cl->id->qp, &rwr, &bad));
 }
 
-/*
- * Resends of an unacknowledged packet before the work request fails.  The
- * verbs allow up to 7, but Soft-RoCE reads 7 as "forever", as the spec does
- * only for rnr_retry_count: 6 is the most that still ends.
- */
-#define TRANSPORT_RETRIES 6
-/* rnr_retry_count 7 is special: retry "receiver not ready" forever */
-#define RNR_RETRY_FOREVER 7
+/* One batch's work requests, a ring of W doorbells' values.  Inline, the
+ * default, ibv_post_send() copies each value into its send queue entry
+ * (WQE): no registration, nothing for the NIC to fetch. */
+static int stream_open(struct client *cl)
+{
+	uint32_t k = cl->opt.every, w = cl->opt.window;
 
-/*
- * Connect.  The two retry counts travel in the connect request, and the
- * connection manager does not apply them where their names suggest:
- * retry_count (resends of a packet nobody acknowledged) is set on both
- * QPs, ours and the server's; rnr_retry_count crosses over, to the
- * server's QP: it is how often the server's NIC retries a reply that finds
- * no receive of ours posted (never: we post it before we send).  How
- * patient our NIC is with the server's SRQ, the server says in its accept.
- * Measured with tests/cm_probe; see docs/retry-counts.md.
- */
+	cl->wrs = calloc(k, sizeof(*cl->wrs));
+	cl->sges = calloc(k, sizeof(*cl->sges));
+	cl->values = calloc((size_t)k * w, sizeof(*cl->values));
+	cl->doorbells = calloc(w, sizeof(*cl->doorbells));
+	if (!cl->wrs || !cl->sges || !cl->values || !cl->doorbells)
+		return fail("calloc(work requests)", ENOMEM);
+	for (uint32_t i = 0; i < w; i++)
+		cl->doorbells[i].values = cl->values + (size_t)i * k;
+	if (cl->opt.inline_data)
+		cl->send_flags = IBV_SEND_INLINE;
+	else if (values_register(cl))
+		return -ENOMEM;
+	return rtt_open(cl);
+}
+
+#define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */
+#define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
+
+/* rdma_connect() takes our QP from RESET through INIT, RTR (ready to
+ * receive), to RTS (ready to send); docs/retry-counts.md on the counts. */
 static int cm_connect(struct client *cl)
 {
 	struct rdma_conn_param param = {
@@ -319,14 +242,24 @@ static int cm_connect(struct client *cl)
 	return 0;
 }
 
-/* ---- asking for memory -------------------------------------------------- */
+/* Busy-poll the CQ for one completion: the fastest wait, a core's price. */
+static int cq_wait(struct client *cl, struct ibv_wc *wc)
+{
+	double deadline = now_seconds() + WAIT_TIMEOUT_MS / 1000.0;
+	unsigned int spins = 0;
+	int n;
 
-/*
- * A SEND: the NIC reads the 32 bytes from registered memory and delivers
- * them into a receive the server posted.  Signaled: it asks for a work
- * completion when the server's NIC has acknowledged it.
- */
-static int request_send(struct client *cl)
+	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0)
+		if (++spins % 4096 == 0 && wait_over(deadline))
+			return -ETIMEDOUT;
+	if (n < 0)
+		return fail("ibv_poll_cq", EIO);
+	return wc->status == IBV_WC_SUCCESS ? 0 : wc_failed(wc);
+}
+
+/* A SEND into a receive the server posted; signaled: a work completion
+ * (WC) once acknowledged.  It and the reply's come in either order. */
+static int slice_request(struct client *cl)
 {
 	struct ctrl_msg req = {
 		.magic = CTRL_MAGIC,
@@ -347,59 +280,14 @@ static int request_send(struct client *cl)
 		.send_flags = IBV_SEND_SIGNALED,
 	};
 	struct ibv_send_wr *bad;
-
-	msg_encode(&req, cl->ctrl[0]);
-	return check("ibv_post_send(request)",
-		     ibv_post_send(cl->id->qp, &wr, &bad));
-}
-
-/*
- * Busy-poll the CQ for one completion: the lowest latency there is, at the
- * price of a core while waiting.  A failed completion is reported with the
- * work request it belongs to, found by its wr_id: for a failed completion
- * only wr_id, status and qp_num are defined.
- */
-static int cq_wait(struct client *cl, struct ibv_wc *wc)
-{
-	double deadline = now_seconds() + WAIT_TIMEOUT_MS / 1000.0;
-	unsigned int spins = 0;
-	int n;
-
-	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0) {
-		if (++spins % 4096 == 0 && now_seconds() > deadline) {
-			errorf("no completion within %d ms", WAIT_TIMEOUT_MS);
-			return -ETIMEDOUT;
-		}
-	}
-	if (n < 0)
-		return fail("ibv_poll_cq", EIO);
-	if (wc->status == IBV_WC_SUCCESS)
-		return 0;
-
-	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
-		errorf("%s failed: %s (%s)",
-		       wc->wr_id == WRID_REQ ? "request" : "reply",
-		       wc_status_name(wc->status),
-		       ibv_wc_status_str(wc->status));
-	else
-		errorf("write %" PRIu64 " failed: %s (%s)", wc->wr_id,
-		       wc_status_name(wc->status),
-		       ibv_wc_status_str(wc->status));
-	return -EIO;
-}
-
-/*
- * SEND the request and wait for both its completion and the reply's: they
- * can come in either order, since our NIC learns that the request arrived
- * (its acknowledgement) independently of the server's answer.
- */
-static int slice_request(struct client *cl)
-{
 	struct ctrl_msg reply;
 	struct ibv_wc wc;
 	uint32_t reply_len = 0;
-	int err = request_send(cl);
+	int err;
 
+	msg_encode(&req, cl->ctrl[0]);
+	err = check("ibv_post_send(request)",
+		    ibv_post_send(cl->id->qp, &wr, &bad));
 	for (int done = 0; !err && done < 2; done++) {
 		err = cq_wait(cl, &wc);
 		if (!err && wc.wr_id == WRID_REPLY)
@@ -409,24 +297,10 @@ static int slice_request(struct client *cl)
 		return err;
 
 	if (msg_decode(cl->ctrl[1], reply_len, &reply) ||
-	    reply.type != CTRL_RESP_ALLOC) {
-		errorf("the server's reply is not a RESP_ALLOC");
-		return -EBADMSG;
-	}
-	if (reply.status) {
-		printf("denied size=%" PRIu32 " status=%s\n", cl->opt.size,
-		       errno_name((int)reply.status));
-		errorf("the server denied %" PRIu32 " bytes: %s (%s)",
-		       cl->opt.size, errno_name((int)reply.status),
-		       strerror((int)reply.status));
-		return -(int)reply.status;
-	}
-	if (reply.size < sizeof(uint32_t)) {
-		errorf("the server granted %" PRIu32
-		       " bytes, too few for one slot",
-		       reply.size);
-		return -EBADMSG;
-	}
+	    reply.type != CTRL_RESP_ALLOC)
+		return slice_refused(cl, NULL);
+	if (reply.status || reply.size < sizeof(uint32_t))
+		return slice_refused(cl, &reply);
 	cl->remote_addr = reply.addr;
 	cl->rkey = reply.rkey;
 	cl->slots = reply.size / sizeof(uint32_t);
@@ -438,27 +312,13 @@ static int slice_request(struct client *cl)
 
 /* ---- the write stream --------------------------------------------------- */
 
-/*
- * Writes first..last as one list of work requests, chained by .next, the
- * last of them the doorbell.  Each write names where it goes in the
- * server's memory (remote_addr) and the key that allows it there (the
- * rkey the server granted): the server's NIC checks both, and the server's
- * CPU takes no part.  Only the doorbell is signaled (asks for a
- * completion); the others complete silently, and the doorbell's completion
- * vouches for them, since a send queue completes in order.  Its immediate
- * value travels in the packet header and lands in the completion of the
- * receive it consumes on the server: no memory of the server's holds it.
- *
- * The values go inline: ibv_post_send() copies each one into the work
- * request, so the NIC need not fetch it from memory in a second step.
- * All K go to the NIC with one ibv_post_send(): one knock on the NIC's door
- * (an MMIO write on a NIC, a system call on Soft-RoCE) per K writes.
- */
+/* Writes first..last, chained by .next; the server's NIC checks each
+ * remote_addr against the rkey.  The doorbell, last, is signaled, and its
+ * immediate value goes into the completion of the receive it takes. */
 static void batch_fill(struct client *cl, uint32_t first, uint32_t last,
 		       struct doorbell *doorbell)
 {
-	/* Counted by k, not by i: with last == UINT32_MAX, i <= last would
-	 * hold for ever. */
+	/* Counted by k: with last == UINT32_MAX, i <= last holds for ever. */
 	for (uint32_t k = 0; k <= last - first; k++) {
 		uint32_t i = first + k, slot = (i - 1) % cl->slots;
 		bool is_doorbell = i == last;
@@ -488,21 +348,24 @@ static void batch_fill(struct client *cl, uint32_t first, uint32_t last,
 	doorbell->seq = last;
 }
 
+/* All K with one ibv_post_send(): one knock on the NIC's door (a register
+ * write; a system call on Soft-RoCE).  The round trip starts here. */
 static int batch_post(struct client *cl, uint32_t first, uint32_t last)
 {
 	struct doorbell *doorbell = &cl->doorbells[cl->posted % cl->opt.window];
+	struct ibv_send_wr *bad;
 
 	batch_fill(cl, first, last, doorbell);
 	cl->posted++;
-	return batch_send(cl, doorbell);
+	if (cl->opt.post_each)
+		return batch_post_each(cl, doorbell);
+	doorbell->posted = now_seconds();
+	return check("ibv_post_send(writes)",
+		     ibv_post_send(cl->id->qp, cl->wrs, &bad));
 }
 
-/*
- * The doorbell's completion means the server's NIC has acknowledged it, and
- * on a reliable connection that acknowledges every write before it too.
- * Doorbells complete in the order they were posted: the oldest one in
- * flight is the one to come.
- */
+/* The doorbell's completion: it and every write before it acknowledged.
+ * Completions come in order: the oldest doorbell in flight is next. */
 static int doorbell_wait(struct client *cl)
 {
 	struct doorbell *doorbell =
@@ -512,12 +375,8 @@ static int doorbell_wait(struct client *cl)
 
 	if (err)
 		return err;
-	if (wc.wr_id != doorbell->seq) {
-		errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64
-		       " came",
-		       doorbell->seq, wc.wr_id);
-		return -EPROTO;
-	}
+	if (wc.wr_id != doorbell->seq)
+		return doorbell_lost(doorbell, &wc);
 	cl->completed++;
 	rtt_record(cl, doorbell);
 	if (!cl->opt.quiet)
@@ -525,16 +384,12 @@ static int doorbell_wait(struct client *cl)
 	return 0;
 }
 
-/*
- * Post a batch, wait for its doorbell, repeat.  Batches end at every
- * multiple of K, and at N.  With --window W the wait comes only once W
- * doorbells are in flight, so that the NIC has the next batch to send while
- * a doorbell makes its round trip.
- */
+/* Post a batch (ending at each multiple of K, and at N), wait for its
+ * doorbell once W are in flight (--window), repeat. */
 static int stream(struct client *cl)
 {
 	uint32_t n = cl->opt.writes;
-	double start = now_seconds(), seconds;
+	double start = now_seconds();
 	uint64_t first, last;
 	int err = 0;
 
@@ -548,19 +403,13 @@ static int stream(struct client *cl)
 	}
 	while (!err && cl->posted != cl->completed)
 		err = doorbell_wait(cl);
-	if (err)
-		return err;
-	seconds = now_seconds() - start;
-	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
-	       "writes_per_s=%.0f\n",
-	       n, cl->completed, seconds,
-	       seconds > 0 ? (double)n / seconds : 0.0);
-	return 0;
+	if (!err)
+		stream_report(cl, now_seconds() - start);
+	return err;
 }
 
-/* ---- the end ------------------------------------------------------------ */
-
-/* Say goodbye properly, so that the server frees our slice at once. */
+/* Goodbye: librdmacm moves our QP to the error state (ERR: it takes no
+ * more work) and sends the server a disconnect request. */
 static int cm_disconnect(struct client *cl)
 {
 	cl->connected = false;
@@ -569,17 +418,13 @@ static int cm_disconnect(struct client *cl)
 	return cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED);
 }
 
-/*
- * Everything in reverse order of creation; safe on a half-built client.
- * rdma_disconnect() has moved our QP to the error state, so the NIC no
- * longer uses any of it.
- */
+/* Everything in reverse order of creation; safe on a half-built client. */
 static void client_close(struct client *cl)
 {
 	stream_close(cl);
 	if (cl->ctrl_mr)
 		check("ibv_dereg_mr", ibv_dereg_mr(cl->ctrl_mr));
-	if (cl->has_qp)
+	if (cl->id && cl->id->qp)
 		rdma_destroy_qp(cl->id);
 	if (cl->cq)
 		check("ibv_destroy_cq", ibv_destroy_cq(cl->cq));
@@ -617,8 +462,6 @@ int main(int argc, char **argv)
 		err = slice_request(&cl);
 	if (!err)
 		err = stream(&cl);
-	if (!err)
-		rtt_report(&cl);
 	if (cl.connected) {
 		int ret = cm_disconnect(&cl);
 
@@ -772,6 +615,96 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 	return rejected ? -ECONNREFUSED : -EPROTO;
 }
 
+/* The server's address, with our port, as for a socket. */
+static int server_addr(struct client *cl, struct addrinfo **ai)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC };
+	int ret = getaddrinfo(cl->opt.server, NULL, &hints, ai);
+
+	if (ret) {
+		errorf("cannot resolve '%s': %s", cl->opt.server,
+		       gai_strerror(ret));
+		return -EINVAL;
+	}
+	if ((*ai)->ai_family == AF_INET)
+		((struct sockaddr_in *)(*ai)->ai_addr)->sin_port =
+			htons(cl->opt.port);
+	else
+		((struct sockaddr_in6 *)(*ai)->ai_addr)->sin6_port =
+			htons(cl->opt.port);
+	return 0;
+}
+
+/*
+ * The connection manager (librdmacm) reports a connection's progress as
+ * events on a channel, one at a time: wait (at most WAIT_TIMEOUT_MS) for
+ * the next one and check that it is the one the protocol expects now.
+ * Every event must be acknowledged, and whatever it points to is only
+ * valid until then.
+ */
+static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
+{
+	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
+	struct rdma_cm_event *event;
+	int ret;
+
+	ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
+	if (ret < 0)
+		return fail("poll(cm events)", errno);
+	if (ret == 0) {
+		errorf("no %s from %s within %d ms", rdma_event_str(expected),
+		       cl->opt.server, WAIT_TIMEOUT_MS);
+		return -ETIMEDOUT;
+	}
+	if (rdma_get_cm_event(cl->events, &event))
+		return fail("rdma_get_cm_event", errno);
+	if (event->event != expected)
+		return cm_unexpected(cl, event, expected); /* acks it */
+	rdma_ack_cm_event(event);
+	return 0;
+}
+
+/*
+ * The reply is no grant: not a RESP_ALLOC at all (NULL), a denial (printed,
+ * then the client fails with its status), or too small for one slot.
+ */
+static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
+{
+	if (!reply) {
+		errorf("the server's reply is not a RESP_ALLOC");
+		return -EBADMSG;
+	}
+	if (reply->status) {
+		printf("denied size=%" PRIu32 " status=%s\n", cl->opt.size,
+		       errno_name((int)reply->status));
+		errorf("the server denied %" PRIu32 " bytes: %s (%s)",
+		       cl->opt.size, errno_name((int)reply->status),
+		       strerror((int)reply->status));
+		return -(int)reply->status;
+	}
+	errorf("the server granted %" PRIu32 " bytes, too few for one slot",
+	       reply->size);
+	return -EBADMSG;
+}
+
+/* A wait's deadline has passed: say so. */
+static bool wait_over(double deadline)
+{
+	if (now_seconds() <= deadline)
+		return false;
+	errorf("no completion within %d ms", WAIT_TIMEOUT_MS);
+	return true;
+}
+
+/* A completion came that is not the oldest doorbell's. */
+static int doorbell_lost(const struct doorbell *doorbell,
+			 const struct ibv_wc *wc)
+{
+	errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64 " came",
+	       doorbell->seq, wc->wr_id);
+	return -EPROTO;
+}
+
 #define ACK_TIMEOUT_EXP 16 /* 4.096 us * 2^16 = 0.27 s */
 
 /*
@@ -790,9 +723,25 @@ static int ack_timeout_set(struct client *cl)
 	return 0;
 }
 
-/* ---- the buffers of the stream ------------------------------------------ */
+/*
+ * A work request failed, named by its wr_id: for a failed completion only
+ * wr_id, status and qp_num are defined.
+ */
+static int wc_failed(const struct ibv_wc *wc)
+{
+	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
+		errorf("%s failed: %s (%s)",
+		       wc->wr_id == WRID_REQ ? "request" : "reply",
+		       wc_status_name(wc->status),
+		       ibv_wc_status_str(wc->status));
+	else
+		errorf("write %" PRIu64 " failed: %s (%s)", wc->wr_id,
+		       wc_status_name(wc->status),
+		       ibv_wc_status_str(wc->status));
+	return -EIO;
+}
 
-#define RTT_SAMPLES (1u << 20) /* round trips kept for the statistics */
+/* ---- the buffers of the stream ------------------------------------------ */
 
 /*
  * The send queue holds W batches of K work requests: a send queue retires
@@ -839,37 +788,17 @@ static int qp_fail(struct client *cl, int err)
 }
 
 /*
- * The work requests of one batch, and a ring of W doorbells each with the
- * K values of its batch.  Inline, a value is copied into its work request
- * by ibv_post_send(), so it needs no registration and may change at once.
- * With --no-inline the NIC fetches each value from memory when it sends
- * the write, which may be long after ibv_post_send() returned: the values
- * must then be registered, and each must stay untouched until its batch
- * has completed, hence one set per doorbell in flight.
+ * --no-inline: the NIC fetches each value from memory when it sends the
+ * write, which may be long after ibv_post_send() returned.  So the values
+ * must be registered, and each must stay untouched until its batch has
+ * completed: one set per doorbell in flight (the ring).
  */
-static int stream_open(struct client *cl)
+static int values_register(struct client *cl)
 {
-	uint32_t k = cl->opt.every, w = cl->opt.window;
-	uint64_t doorbells = (uint64_t)cl->opt.writes / k + 1;
+	size_t n = (size_t)cl->opt.every * cl->opt.window;
 
-	cl->wrs = calloc(k, sizeof(*cl->wrs));
-	cl->sges = calloc(k, sizeof(*cl->sges));
-	cl->values = calloc((size_t)k * w, sizeof(*cl->values));
-	cl->doorbells = calloc(w, sizeof(*cl->doorbells));
-	cl->max_rtts =
-		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
-	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
-	if (!cl->wrs || !cl->sges || !cl->values || !cl->doorbells || !cl->rtts)
-		return fail("calloc(work requests)", ENOMEM);
-	for (uint32_t i = 0; i < w; i++)
-		cl->doorbells[i].values = cl->values + (size_t)i * k;
-
-	if (cl->opt.inline_data) {
-		cl->send_flags = IBV_SEND_INLINE;
-		return 0;
-	}
-	cl->values_mr = ibv_reg_mr(cl->pd, cl->values,
-				   (size_t)k * w * sizeof(*cl->values), 0);
+	cl->values_mr = ibv_reg_mr(cl->pd, cl->values, n * sizeof(*cl->values),
+				   0);
 	if (!cl->values_mr)
 		return mr_fail("ibv_reg_mr(values)", errno);
 	cl->values_lkey = cl->values_mr->lkey;
@@ -888,20 +817,14 @@ static void stream_close(struct client *cl)
 }
 
 /*
- * Hand the batch cl->wrs to the NIC: the whole list with one
- * ibv_post_send(), or with --post-each one call per write, to measure what
- * the list is worth.  The doorbell's round trip starts with the call that
- * carries it.
+ * --post-each: one ibv_post_send() per write, not per batch, to measure
+ * what the list is worth.  The doorbell's round trip starts with the call
+ * that carries it.
  */
-static int batch_send(struct client *cl, struct doorbell *doorbell)
+static int batch_post_each(struct client *cl, struct doorbell *doorbell)
 {
 	struct ibv_send_wr *wr, *next, *bad;
 
-	if (!cl->opt.post_each) {
-		doorbell->posted = now_seconds();
-		return check("ibv_post_send(writes)",
-			     ibv_post_send(cl->id->qp, cl->wrs, &bad));
-	}
 	for (wr = cl->wrs; wr; wr = next) {
 		next = wr->next;
 		wr->next = NULL;
@@ -915,6 +838,18 @@ static int batch_send(struct client *cl, struct doorbell *doorbell)
 }
 
 /* ---- round trips -------------------------------------------------------- */
+
+#define RTT_SAMPLES (1u << 20) /* round trips kept for the statistics */
+
+static int rtt_open(struct client *cl)
+{
+	uint64_t doorbells = (uint64_t)cl->opt.writes / cl->opt.every + 1;
+
+	cl->max_rtts =
+		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
+	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
+	return cl->rtts ? 0 : fail("calloc(round trips)", ENOMEM);
+}
 
 static void rtt_record(struct client *cl, const struct doorbell *doorbell)
 {
@@ -948,4 +883,14 @@ static void rtt_report(struct client *cl)
 	       n, cl->rtts[(n - 1) / 2] * 1e6,
 	       cl->rtts[((uint64_t)n * 99 + 99) / 100 - 1] * 1e6,
 	       cl->rtts[n - 1] * 1e6);
+}
+
+/* The stream's summary, and its round trips. */
+static void stream_report(struct client *cl, double seconds)
+{
+	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
+	       "writes_per_s=%.0f\n",
+	       cl->opt.writes, cl->completed, seconds,
+	       seconds > 0 ? (double)cl->opt.writes / seconds : 0.0);
+	rtt_report(cl);
 }

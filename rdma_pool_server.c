@@ -1,13 +1,9 @@
 /*
  * rdma_pool_server.c - lends slices of one registered memory pool to RDMA
  * clients and checks the doorbells they ring.  The polling edition: one
- * thread, one loop, and on every tick it looks at the connection manager
- * and at the completion queue.
- *
- * Every client has a queue pair (QP) of its own, but all of them share one
- * receive queue (the SRQ) and one completion queue (the CQ): a single stock
- * of receive buffers however many clients come, and one place to look for
- * news.  wc.qp_num tells whose a completion is.  The core path, as it runs:
+ * thread whose loop, every tick, asks the connection manager and the
+ * completion queue (CQ) for news.  Each client has a queue pair (QP) of its
+ * own; all share one receive queue (the SRQ) and the CQ.  The core path:
  *
  *   main
  *     listen_open             a cm_id listening on the port
@@ -16,19 +12,14 @@
  *         on_connect_request      a client: the first time, verbs_open
  *                                 (PD, pool MR, SRQ, CQ); then conn_create
  *                                 (its QP on the SRQ, rdma_accept)
- *         conn_close              a client gone: its QP and slice
- *       cq_drain                every completion in the CQ, each to
- *         on_completion           a request: on_request and reply_send;
- *                                 a doorbell: on_doorbell; a reply sent
+ *         conn_close              a client gone: its QP to the error state
+ *       cq_drain                every completion, each to on_completion:
+ *                                 on_request and reply_send, on_doorbell
  *     server_close            everything, in reverse order
- *
- * Below the banner "Beyond the core path" is what a first read may skip:
- * the command line, signals and statistics, asynchronous events, and the
- * memory windows of --isolation mw.
- *
- * rdma_srq_pool_server_ev.c is this same server driven by events instead of
- * a tick; the two files differ only where the designs differ, so
- * "diff rdma_pool_server.c rdma_srq_pool_server_ev.c" shows exactly that.
+ * After the banner: options, signals, failures, destroying closed QPs.
+ * rdma_srq_pool_server_ev.c is this server driven by events; a diff shows
+ * that, and a second lesson: its replies come from registered buffers,
+ * given back by wr_id, where this one sends them inline from the stack.
  */
 #include <endian.h>
 #include <errno.h>
@@ -48,15 +39,10 @@
 
 #include "common/common.h"
 
-/*
- * Replies one connection may have in flight.  The protocol is request /
- * reply, so a well-behaved client has at most one; a peer that piles up
- * more than this without waiting is disconnected.  Its send queue has one
- * entry more, for the window bind of --isolation mw (one per connection).
- */
+/* Replies in flight per connection, and a send queue entry for a bind. */
 #define SEND_DEPTH 8
 #define SQ_DEPTH (SEND_DEPTH + 1)
-/* wr_id says which queue a completion came from: see on_completion(). */
+/* wr_id is ours: its completion hands it back, even a failed one. */
 #define WRID_RECV (UINT64_C(1) << 32)
 #define WRID_SEND (UINT64_C(2) << 32)
 #define WRID_BIND (UINT64_C(3) << 32)
@@ -76,12 +62,11 @@ struct conn {
 	struct rdma_cm_id *id;
 	uint32_t qp_num;
 	struct slice slice;   /* this client's part of the pool */
-	unsigned int sending; /* replies posted, not yet completed */
-	/* Closing: see conn_close() and conns_reap(). */
-	bool closing;
+	unsigned int sending; /* sends posted, not yet completed */
+	bool closing;  /* see conn_close() */
 	bool last_wqe; /* IBV_EVENT_QP_LAST_WQE_REACHED has come */
 	double closed_at;
-	/* --isolation mw: the only key to the slice, and the region under it */
+	/* --isolation mw: a memory window (a key to part of a region) */
 	struct ibv_mw *window;
 	struct ibv_mr *slice_mr;
 	struct conn *next;
@@ -112,14 +97,24 @@ struct server {
 	int stopped_by; /* the signal that ended serve() */
 };
 
-/* Beyond the core path: defined after the banner below. */
+/* Beyond the core path: after the banner below. */
 static int parse_options(int argc, char **argv, struct options *opt);
 static void usage(FILE *out);
+static int listen_fail(struct server *srv, int err);
 static int signals_open(struct server *srv);
 static int signal_take(struct server *srv);
 static void shutdown_print(const struct server *srv);
 static int async_handle(struct server *srv);
 static int srq_limit_arm(struct server *srv);
+static void rnr_timer_shorten(struct ibv_qp *qp);
+static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc);
+static void conn_reject(struct rdma_cm_id *id, const char *reason);
+static struct conn *conn_find(struct server *srv, uint32_t qp_num);
+static bool conns_full(struct server *srv);
+static void conns_reap(struct server *srv);
+static void conns_close_all(struct server *srv);
 static int windows_check(struct server *srv);
 static int window_alloc(struct server *srv, struct conn *conn);
 static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
@@ -128,13 +123,12 @@ static void window_unbind(struct conn *conn);
 
 /* ---- listening ---------------------------------------------------------- */
 
-#define LISTEN_BACKLOG 16 /* connect requests queued before we accept */
+#define LISTEN_BACKLOG 16 /* connect requests queued until accepted */
 
 /*
  * The connection manager (librdmacm) speaks IP addresses and ports, like
- * sockets, and reports what happens to each connection as events on an
- * event channel.  Here the channel is non-blocking: the tick loop asks it
- * for news and moves on when there is none.
+ * sockets, and reports each connection's progress as events on a channel,
+ * non-blocking here: the tick loop asks it for news and moves on.
  */
 static int listen_open(struct server *srv)
 {
@@ -151,17 +145,8 @@ static int listen_open(struct server *srv)
 		return fail("fcntl(O_NONBLOCK)", errno);
 	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
 		return fail("rdma_create_id", errno);
-	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr)) {
-		int err = errno;
-
-		/* 0.0.0.0 is always there: whatever else, the port is taken */
-		if (err == EADDRINUSE || err == EADDRNOTAVAIL) {
-			errorf("port %u is already in use (rdma_bind_addr: %s)",
-			       srv->opt.port, strerror(err));
-			return -err;
-		}
-		return fail("rdma_bind_addr", err);
-	}
+	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr))
+		return listen_fail(srv, errno);
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
 	printf("listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
@@ -171,17 +156,8 @@ static int listen_open(struct server *srv)
 
 /* ---- verbs resources ---------------------------------------------------- */
 
-/*
- * Registering pins the pool in RAM and gives the NIC its address
- * translation.  REMOTE_WRITE is what lets a client's RDMA WRITE land here
- * without this program doing anything; the NIC checks each one against the
- * rkey and the bounds of this region.  (REMOTE_WRITE requires LOCAL_WRITE.)
- * The pool is page-aligned, and so is every 4 KiB chunk of it: memory is
- * pinned and translated by whole pages, so two slices never share a page.
- * Under --isolation mw the pool is not registered as a whole at all: no
- * key to all of it exists, and each slice gets a region of its own when it
- * is granted (window_bind()).
- */
+/* Registering pins the pool and gives the NIC its translation.  With
+ * REMOTE_WRITE, an RDMA WRITE within its bounds and rkey just lands. */
 static int pool_register(struct server *srv)
 {
 	size_t size = srv->opt.pool_size;
@@ -206,15 +182,10 @@ static int pool_register(struct server *srv)
 	return 0;
 }
 
-/*
- * A receive buffer is larger than a ctrl_msg so that a peer who sends a few
- * bytes too many gets an EBADMSG reply; a message that does not fit at all
- * makes the receive fail (IBV_WC_LOC_LEN_ERR; rxe says LOC_QP_OP_ERR) and
- * ends that connection.
- */
+/* A few bytes too many still get an EBADMSG reply. */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
 
-/* Offer receive buffer number index to whichever client needs one next. */
+/* Offer receive buffer index to whichever client needs one next. */
 static int recv_post(struct server *srv, uint32_t index)
 {
 	struct ibv_sge sge = {
@@ -236,15 +207,8 @@ static int recv_post(struct server *srv, uint32_t index)
 	return 0;
 }
 
-/*
- * The shared receive queue: one stock of receive buffers for all the QPs
- * attached to it.  Every control message and every doorbell (a
- * WRITE_WITH_IMM) consumes one.  When the SRQ is empty the NIC answers the
- * client "receiver not ready" and the client's NIC retries (see
- * RNR_RETRY_FOREVER), so a small SRQ slows clients down but loses nothing.
- * Posting them all now means the first message of the first client already
- * finds a buffer waiting.
- */
+/* Receive buffers for all QPs.  Empty, the NIC answers "receiver not
+ * ready" (RNR) and the client's NIC retries: slower, nothing lost. */
 static int srq_open(struct server *srv)
 {
 	uint32_t depth = srv->opt.srq_depth;
@@ -274,36 +238,21 @@ static int srq_open(struct server *srv)
 }
 
 /*
- * The CQ must have room for every completion that can be outstanding at
- * once, or the NIC overruns it and the CQ goes into error.  Receives: at
- * most one per SRQ entry, since a buffer is reposted only after its
- * completion is handled.  Sends: at most SQ_DEPTH per connection, every
- * one signaled, and --max-conns connections that can still complete a
- * send: a closing connection stops counting once its last send has
- * completed (conns_sending()), since after that only receives can complete
- * on its QP, and those are the SRQ's.  (At most 1024 * 9 + 65536.)
- */
-static int cq_depth(const struct options *opt)
-{
-	return (int)(opt->srq_depth + opt->max_conns * SQ_DEPTH);
-}
-
-/*
- * One CQ for everything: every QP's sends and the SRQ's receives.  The tick
- * loop polls it, so it needs nothing else.
+ * One CQ for every QP's sends and the SRQ's receives, with room for all that
+ * can be outstanding, or it overruns: one per SRQ receive (reposted only
+ * once handled), SQ_DEPTH sends for each of --max-conns connections
+ * (conns_full(), docs/design.md).  The tick loop polls it.
  */
 static int cq_open(struct server *srv)
 {
-	srv->cq = ibv_create_cq(srv->verbs, cq_depth(&srv->opt), NULL, NULL, 0);
+	int depth = (int)(srv->opt.srq_depth + srv->opt.max_conns * SQ_DEPTH);
+
+	srv->cq = ibv_create_cq(srv->verbs, depth, NULL, NULL, 0);
 	return srv->cq ? 0 : fail("ibv_create_cq", errno);
 }
 
-/*
- * Everything the NIC needs is made from the device the first client arrived
- * on: a listener bound to 0.0.0.0 does not know its device until then.
- * A protection domain ties together the objects that may be used with each
- * other: a QP can only touch memory registered in its own PD.
- */
+/* On the first client's device.  A QP may only touch memory registered in
+ * its own protection domain (PD). */
 static int verbs_open(struct server *srv, struct ibv_context *verbs)
 {
 	int err;
@@ -327,43 +276,10 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 
 /* ---- connections -------------------------------------------------------- */
 
-/* rnr_retry_count 7 is special: retry "receiver not ready" forever */
-#define RNR_RETRY_FOREVER 7
-/* how long a client waits after "receiver not ready": code 12 = 0.64 ms */
-#define MIN_RNR_TIMER 12
+#define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
 
-/*
- * When a message finds the SRQ empty, our NIC answers "receiver not ready"
- * and names a time the sender must wait before it tries again: the QP's
- * min_rnr_timer, a 5-bit code.  rdma_accept() leaves it at 0, which does
- * not mean "no wait" but the longest one there is, 655 ms, so a client
- * that meets an empty SRQ for a moment would stall for most of a second
- * (and on Soft-RoCE, whose retransmit timer keeps running meanwhile, may
- * use up its transport retries).  Only the connected QP (RTR or RTS) can
- * be given a shorter wait.  Should that fail, the connection still works,
- * only slowly under load: hence a warning, not an error.
- */
-static void rnr_timer_shorten(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
-
-	check("ibv_modify_qp(min_rnr_timer)",
-	      ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER));
-}
-
-/*
- * A connect request brings a new cm_id: give it a reliable-connected (RC) QP
- * and accept.  The QP's receive side is the SRQ, so it gets no receive
- * queue of its own; its send side carries only replies.  The pool MR
- * allows RDMA READ, as the protocol says, so a client may have a read
- * outstanding against us (responder_resources); we never read from
- * clients, so initiator_depth stays 0.  The accept's rnr_retry_count is
- * applied to the client's QP, not ours (the connection manager crosses the
- * two sides' values over): it is how often the client's NIC retries when
- * our SRQ is empty.  Forever: a moment without receives is no reason to
- * fail a client.  (The accept's retry_count is not used at all: the
- * client's applies to both QPs.  See docs/retry-counts.md.)
- */
+/* A reliable-connected (RC) QP on the SRQ.  rdma_accept() takes it from
+ * RESET through INIT, RTR (ready to receive) to RTS (ready to send). */
 static int conn_create(struct server *srv, struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr = {
@@ -413,24 +329,27 @@ out_free:
 	return err;
 }
 
-static struct conn *conn_find(struct server *srv, uint32_t qp_num)
+/* A connection is over: its QP to the error state, where it takes nothing
+ * more and its sends are flushed.  conns_reap() destroys it later. */
+static void conn_close(struct server *srv, struct conn *conn)
 {
-	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		if (conn->qp_num == qp_num)
-			return conn;
-	return NULL;
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+	if (conn->closing)
+		return;
+	check("ibv_modify_qp(IBV_QPS_ERR)",
+	      ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE));
+	/* a DREQ to the client, if connected (and ERR again, by librdmacm) */
+	rdma_disconnect(conn->id);
+	conn->closing = true;
+	conn->closed_at = now_seconds();
+	srv->nclosing++;
+	printf("disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
 }
 
 /* ---- control messages and doorbells ------------------------------------- */
 
-static void conn_close(struct server *srv, struct conn *conn);
-
-/*
- * Replies go out inline: ibv_post_send() copies the 32 bytes into the work
- * request itself, so the buffer may be a local variable and needs no memory
- * registration.  Every reply is signaled, so that its completion tells us
- * its send-queue slot is free again (conn->sending).
- */
+/* Signaled: the completion frees its send queue entry (conn->sending). */
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply)
 {
@@ -458,6 +377,8 @@ static void reply_send(struct server *srv, struct conn *conn,
 		return;
 	}
 	msg_encode(reply, wire);
+	/* INLINE: copied now into the send queue entry (the WQE, the NIC's
+	 * copy of the work request): wire needs no registration. */
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
 		fail("ibv_post_send(reply)", ret);
@@ -484,8 +405,6 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 	if (!err) {
 		uint8_t *slice = srv->pool_mem + conn->slice.off;
 
-		/* A slice is handed over clean: the last holder's data is
-		 * none of the next one's business. */
 		memset(slice, 0, conn->slice.len);
 		reply.addr = (uintptr_t)slice;
 		reply.rkey = rkey;
@@ -501,86 +420,17 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 	reply_send(srv, conn, &reply);
 }
 
-/*
- * A doorbell: the client's RDMA WRITE WITH IMM wrote value seq into its
- * slot and, being the last write of a batch on a reliable connection, after
- * all the unsignaled writes before it.  Its immediate value consumed one of
- * our receives and so produced this completion: the only moment the
- * server's CPU hears of the client's writes at all.
- */
-static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
-{
-	uint32_t slots = conn->slice.len / sizeof(uint32_t);
-	enum slot_verdict verdict;
-	uint32_t value;
-
-	if (!slots) {
-		errorf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32
-		       " but it holds no slice",
-		       conn->qp_num, seq);
-		return;
-	}
-	memcpy(&value,
-	       srv->pool_mem + conn->slice.off +
-		       (size_t)((seq - 1) % slots) * sizeof(value),
-	       sizeof(value));
-	value = be32toh(value);
-	verdict = slot_check(seq, value, slots);
-	srv->doorbells++;
-	printf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32
-	       " %s\n",
-	       conn->qp_num, seq, value, slot_verdict_name(verdict));
-	if (verdict == SLOT_MISMATCH)
-		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
-		       " found %" PRIu32 " in its slot",
-		       conn->qp_num, seq, value);
-}
-
 /* ---- completions -------------------------------------------------------- */
 
-/*
- * A work request failed.  Only wr_id, status and qp_num are defined then
- * (not opcode), which is why wr_id itself says which queue it came from.
- * The QP is in the error state now: end the connection.  A flush
- * (IBV_WC_WR_FLUSH_ERR) is only the echo of that: the QP was already in
- * the error state, for a reason reported before, or because it is closing.
- */
-static void on_failure(struct server *srv, struct conn *conn,
-		       const struct ibv_wc *wc)
-{
-	const char *what = "reply";
-
-	if (WRID_KIND(wc->wr_id) == WRID_RECV)
-		what = "receive";
-	else if (WRID_KIND(wc->wr_id) == WRID_BIND)
-		what = "window bind";
-	if (wc->status != IBV_WC_WR_FLUSH_ERR)
-		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
-		       wc_status_name(wc->status));
-	conn_close(srv, conn);
-}
-
-/*
- * A reply or a window bind completed, well or not: its send-queue entry is
- * free, and one completion fewer can come from this connection.
- */
+/* A reply or a window bind completed, well or not: one send fewer. */
 static void send_done(struct conn *conn)
 {
 	if (conn)
 		conn->sending--;
 }
 
-/*
- * One work completion from the shared CQ, by what it completed.  Its
- * connection is still there: a QP is destroyed only once nothing of it can
- * complete (conns_reap()), so no qp_num is reused while a completion is on
- * its way; only a device that never raises LAST_WQE_REACHED and completes a
- * receive after CLOSE_TIMEOUT_MS could break that, and then the completion
- * is reported and its buffer reposted all the same.  A closing
- * connection's messages go unanswered.
- * Whatever a receive brought, its buffer goes straight back to the SRQ, so
- * that the stock of receives stays full.
- */
+/* One completion from the shared CQ; a receive's buffer goes back to the
+ * SRQ whatever it brought.  A closing connection gets no reply. */
 static int on_completion(struct server *srv, const struct ibv_wc *wc)
 {
 	struct conn *conn = conn_find(srv, wc->qp_num);
@@ -601,13 +451,13 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 				   wc->byte_len);
 			break;
 		case IBV_WC_RECV_RDMA_WITH_IMM:
-			/* A doorbell.  It consumed a receive but put nothing
-			 * in its buffer: the data went where the write said,
-			 * and the immediate value is in the completion. */
+			/* A doorbell: its immediate value took a receive.  The
+			 * NIC completes it only once this write's data, and
+			 * every earlier one's on the QP, is in memory. */
 			on_doorbell(srv, conn, be32toh(wc->imm_data));
 			break;
 		default:
-			break; /* IBV_WC_SEND: a reply has gone, see below */
+			break; /* IBV_WC_SEND, IBV_WC_BIND_MW: see below */
 		}
 	}
 
@@ -622,14 +472,9 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
 
 /*
- * The heart of the server: take every completion the CQ holds, CQ_BATCH at
- * a time, until ibv_poll_cq() finds none.  Each completion is a client
- * waiting (for a reply, or for its doorbell to free a receive), so none is
- * left for later: a receive that is not handled is not reposted, and with
- * few enough of them the SRQ runs dry and clients hear "receiver not
- * ready".  A handler's error (a receive that cannot be reposted stops the
- * server) does not cut the batch short: every completion polled is handled.
- * Returns how many there were, or the first error.
+ * The heart of the server: every completion the CQ holds, until
+ * ibv_poll_cq() finds none; each is a client waiting.  Every one polled is
+ * handled, even after an error.  Returns how many, or the error.
  */
 static int cq_drain(struct server *srv)
 {
@@ -651,44 +496,6 @@ static int cq_drain(struct server *srv)
 }
 
 /* ---- connection manager events ------------------------------------------ */
-
-/*
- * Refuse a connect request, and drop its cm_id.  The reason travels to the
- * client as the reject message's private data, so it can say why too.
- */
-static void conn_reject(struct rdma_cm_id *id, const char *reason)
-{
-	printf("reject reason=%s\n", reason);
-	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
-		fail("rdma_reject", errno);
-	rdma_destroy_id(id);
-}
-
-/*
- * The connections that can still complete a send: every open one, and a
- * closing one until its last send has completed.  Only these count toward
- * --max-conns, which is what the CQ is sized for (cq_depth()).
- */
-static unsigned int conns_sending(const struct server *srv)
-{
-	unsigned int n = 0;
-
-	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
-		n += !conn->closing || conn->sending;
-	return n;
-}
-
-/*
- * At the limit, a closing connection may have completed its last send
- * since the CQ was drained: drain it once more before saying no.
- */
-static bool conns_full(struct server *srv)
-{
-	if (conns_sending(srv) < srv->opt.max_conns)
-		return false;
-	cq_drain(srv);
-	return conns_sending(srv) >= srv->opt.max_conns;
-}
 
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
@@ -714,151 +521,8 @@ static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 	return 0;
 }
 
-/*
- * How long a closing QP waits for IBV_EVENT_QP_LAST_WQE_REACHED on a device
- * that never raises it, and how long for its last sends to complete before
- * the server gives up on them: see conns_reap().
- */
-#define CLOSE_TIMEOUT_MS 2000
-#define CLOSE_GIVE_UP_MS 10000
-
-/*
- * A connection is over: stop its QP.  In the error state it takes nothing
- * more from the client, and every send still queued on it completes with
- * IBV_WC_WR_FLUSH_ERR.  rdma_disconnect() tells the client, if it is still
- * connected (librdmacm moves the QP to the error state too; doing it here
- * first makes the step plain, whatever state the connection manager is
- * in).  The QP shares the SRQ and the CQ with the others, so it cannot be
- * destroyed yet, nor its slice lent again: a write the NIC is already
- * placing may still land, and completions of its work requests may still
- * come.  conns_reap() destroys it once nothing of it can.
- *
- * Called when the client goes (DISCONNECTED), and when the server ends the
- * connection itself (a failed completion, too many requests): then no
- * DISCONNECTED event need follow, and none comes when the client has not
- * finished connecting (no DREQ can be sent before ESTABLISHED).
- */
-static void conn_close(struct server *srv, struct conn *conn)
-{
-	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
-
-	if (conn->closing)
-		return;
-	check("ibv_modify_qp(IBV_QPS_ERR)",
-	      ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE));
-	/* Fails harmlessly if the client went first. */
-	rdma_disconnect(conn->id);
-	conn->closing = true;
-	conn->closed_at = now_seconds();
-	srv->nclosing++;
-	printf("disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
-}
-
-/*
- * Nothing of a closing QP can complete any more: every send has completed
- * (after the error state they are flushed), and the device has said
- * IBV_EVENT_QP_LAST_WQE_REACHED, its word that the QP will take no more
- * receives from the SRQ.  A device that never says it (rxe before Linux
- * 6.5, siw) gets CLOSE_TIMEOUT_MS instead.  A send still outstanding after
- * CLOSE_GIVE_UP_MS never will be: a broken device must not keep the
- * server from ending.
- */
-static bool conn_quiet(const struct conn *conn, double now)
-{
-	double ms = (now - conn->closed_at) * 1000;
-
-	if (!conn->closing)
-		return false;
-	if (conn->sending)
-		return ms >= CLOSE_GIVE_UP_MS;
-	return conn->last_wqe || ms >= CLOSE_TIMEOUT_MS;
-}
-
-/*
- * Give back what a quiet connection held and destroy its QP.  The line
- * says how long that took and what ended the wait: the device's event, or
- * the timer.
- */
-static void conn_destroy(struct server *srv, struct conn *conn, double now)
-{
-	if (conn->sending)
-		errorf("qp=0x%" PRIx32 ": %u sends still outstanding after "
-		       "%d ms: destroying it anyway",
-		       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
-	window_unbind(conn);
-	if (conn->slice.len)
-		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
-	printf("destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s "
-	       "freed=%zu\n",
-	       conn->qp_num, (now - conn->closed_at) * 1000,
-	       conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
-	srv->nconns--;
-	srv->nclosing--;
-	rdma_destroy_qp(conn->id);
-	rdma_destroy_id(conn->id);
-	free(conn);
-}
-
-/*
- * Destroy every closing connection that is quiet, in the order the verbs
- * ask for a QP on an SRQ: error state (conn_close()), LAST_WQE_REACHED
- * (or the timer), then drain the CQ, so that the QP's last completions are
- * handled while its connection still exists, and only then destroy it.
- * Destroying it sooner loses what is still on its way: a receive whose
- * completion dies with its QP is never reposted (the SRQ is one smaller for
- * good), a reply buffer never comes back, and a late completion may carry
- * a QP number that a new connection already has.
- */
-static void conns_reap(struct server *srv)
-{
-	struct conn **link = &srv->conns, *conn;
-	double now = now_seconds();
-	bool any = false;
-
-	for (conn = srv->conns; conn; conn = conn->next)
-		any = any || conn_quiet(conn, now);
-	if (!any)
-		return;
-	cq_drain(srv);
-	while ((conn = *link)) {
-		if (conn_quiet(conn, now)) {
-			*link = conn->next;
-			conn_destroy(srv, conn, now);
-		} else {
-			link = &conn->next;
-		}
-	}
-}
-
-/*
- * At the end: close every connection, then keep taking events and
- * completions until each QP could be destroyed (CLOSE_TIMEOUT_MS at most,
- * unless sends are still outstanding).
- */
-static void conns_close_all(struct server *srv)
-{
-	const struct timespec pause = { .tv_nsec = 1000000 };
-
-	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		conn_close(srv, conn);
-	while (srv->conns) {
-		while (async_handle(srv) > 0)
-			;
-		cq_drain(srv);
-		conns_reap(srv);
-		nanosleep(&pause, NULL);
-	}
-}
-
-/*
- * Take one event from the connection manager, if there is one: 1 if one was
- * handled, 0 if there was none, or a negative errno if the server must stop.
- *
- * The event is acknowledged as soon as its type and cm_id are copied out.
- * The cm_id lives on until we destroy it, and rdma_destroy_id() would wait
- * forever for an event of that id still unacknowledged; only an event's
- * private data dies with the ack, and this protocol sends none.
- */
+/* One CM event: 1 if handled, 0 if none, or a negative errno.  Acked as
+ * soon as read: rdma_destroy_id() waits for the ack of its every event. */
 static int cm_handle(struct server *srv)
 {
 	struct rdma_cm_event *event;
@@ -905,11 +569,8 @@ static int cm_handle(struct server *srv)
 
 #define TICK_NS 1000000 /* sleep 1 ms when a tick found nothing to do */
 
-/*
- * Each tick asks the connection manager and the device for news and
- * empties the CQ.  While there is work it loops at once; an idle tick
- * sleeps, so that a server nobody talks to does not spin a core at 100%.
- */
+/* Each tick asks for news and empties the CQ; an idle tick sleeps, so
+ * that an idle server does not spin a core. */
 static int serve(struct server *srv)
 {
 	const struct timespec tick = { .tv_nsec = TICK_NS };
@@ -941,10 +602,7 @@ static int serve(struct server *srv)
 
 /* ---- the end ------------------------------------------------------------ */
 
-/*
- * Undo verbs_open() in reverse, from wherever it stopped.  No QP may still
- * be attached to the SRQ, and none may use the CQ.
- */
+/* Undo verbs_open() in reverse, once no QP is left. */
 static void verbs_close(struct server *srv)
 {
 	if (srv->cq)
@@ -960,21 +618,9 @@ static void verbs_close(struct server *srv)
 	free(srv->pool_mem);
 	if (srv->pd)
 		check("ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
-	srv->cq = NULL;
-	srv->srq = NULL;
-	srv->recv_mr = NULL;
-	srv->recv_bufs = NULL;
-	srv->pool_mr = NULL;
-	srv->pool_mem = NULL;
-	srv->pd = NULL;
-	srv->verbs = NULL;
 }
 
-/*
- * Teardown in reverse order of setup; safe on a half-built server.  After
- * a signal, the last line says what came back once every connection was
- * closed: a receive or a chunk missing then was lost.
- */
+/* In reverse order of setup; after a signal, a last count. */
 static void server_close(struct server *srv)
 {
 	conns_close_all(srv);
@@ -1027,7 +673,7 @@ int main(int argc, char **argv)
 
 #define DEFAULT_SRQ_DEPTH 128
 #define MAX_SRQ_DEPTH 65536 /* ours; the device may allow fewer */
-/* Connections at once (--max-conns): it sizes the CQ, see cq_depth(). */
+/* Connections at once (--max-conns): it sizes the CQ, see cq_open(). */
 #define DEFAULT_MAX_CONNS 64
 #define MAX_MAX_CONNS 1024
 
@@ -1248,6 +894,233 @@ static int srq_limit_arm(struct server *srv)
 		return 0;
 	return check("ibv_modify_srq(srq_limit)",
 		     ibv_modify_srq(srv->srq, &attr, IBV_SRQ_LIMIT));
+}
+
+/* ---- the doorbell's slot ------------------------------------------------ */
+
+/*
+ * A doorbell: the client wrote value seq into slot (seq - 1) % slots, and
+ * the NIC completed the receive its immediate value took only once that
+ * write's data, and every earlier one's on the QP, was in memory.  So the
+ * slot holds seq, or, if the client has since gone a whole lap round its
+ * slice, seq plus a multiple of slots (slot_check()).
+ */
+static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
+{
+	uint32_t slots = conn->slice.len / sizeof(uint32_t), value;
+	enum slot_verdict verdict;
+	uint8_t *slot;
+
+	if (!slots) {
+		errorf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32
+		       " but it holds no slice",
+		       conn->qp_num, seq);
+		return;
+	}
+	slot = srv->pool_mem + conn->slice.off + (size_t)(seq - 1) % slots * 4;
+	memcpy(&value, slot, sizeof(value));
+	value = be32toh(value);
+	verdict = slot_check(seq, value, slots);
+	srv->doorbells++;
+	printf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32
+	       " %s\n",
+	       conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict == SLOT_MISMATCH)
+		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
+		       " found %" PRIu32 " in its slot",
+		       conn->qp_num, seq, value);
+}
+
+/* ---- connection troubles ------------------------------------------------ */
+
+/* 0.0.0.0 is always there: whatever else, the port is taken. */
+static int listen_fail(struct server *srv, int err)
+{
+	if (err != EADDRINUSE && err != EADDRNOTAVAIL)
+		return fail("rdma_bind_addr", err);
+	errorf("port %u is already in use (rdma_bind_addr: %s)", srv->opt.port,
+	       strerror(err));
+	return -err;
+}
+
+/* how long a client waits after "receiver not ready": code 12 = 0.64 ms */
+#define MIN_RNR_TIMER 12
+
+/*
+ * When a message finds the SRQ empty, our NIC answers "receiver not ready"
+ * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
+ * rdma_accept() leaves it at 0, which is not "no wait" but the longest,
+ * 655 ms.  Only a connected QP takes a shorter one; if it will not, the
+ * connection still works, slowly under load: a warning, not an error.
+ */
+static void rnr_timer_shorten(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
+
+	check("ibv_modify_qp(min_rnr_timer)",
+	      ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER));
+}
+
+/* Refuse a connect request; the reason goes to the client as private data. */
+static void conn_reject(struct rdma_cm_id *id, const char *reason)
+{
+	printf("reject reason=%s\n", reason);
+	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
+		fail("rdma_reject", errno);
+	rdma_destroy_id(id);
+}
+
+/*
+ * The connections that can still complete a send: every open one, and a
+ * closing one until its last send has completed.  After that its QP can
+ * complete only receives it took from the SRQ, which the SRQ's share of
+ * the CQ covers.  Only these count toward --max-conns, what the CQ is sized
+ * for (cq_open()).
+ */
+static unsigned int conns_sending(const struct server *srv)
+{
+	unsigned int n = 0;
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
+		n += !conn->closing || conn->sending;
+	return n;
+}
+
+/* At the limit, drain first: a flushed send may have freed a place. */
+static bool conns_full(struct server *srv)
+{
+	if (conns_sending(srv) < srv->opt.max_conns)
+		return false;
+	cq_drain(srv);
+	return conns_sending(srv) >= srv->opt.max_conns;
+}
+
+static struct conn *conn_find(struct server *srv, uint32_t qp_num)
+{
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		if (conn->qp_num == qp_num)
+			return conn;
+	return NULL;
+}
+
+/*
+ * A work request failed, and its QP is now in the error state: end the
+ * connection.  Only wr_id, status and qp_num are set (not opcode).  A
+ * flush (IBV_WC_WR_FLUSH_ERR) is only the echo of an error state reported
+ * before, or of a close.
+ */
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc)
+{
+	const char *what = "reply";
+
+	if (WRID_KIND(wc->wr_id) == WRID_RECV)
+		what = "receive";
+	else if (WRID_KIND(wc->wr_id) == WRID_BIND)
+		what = "window bind";
+	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
+		       wc_status_name(wc->status));
+	conn_close(srv, conn);
+}
+
+/* ---- destroying a closed QP, by the book -------------------------------- */
+
+/* How long a closing QP waits for LAST_WQE_REACHED: see conn_quiet(). */
+#define CLOSE_TIMEOUT_MS 2000
+/* A send still outstanding after this never completes: conn_quiet(). */
+#define CLOSE_GIVE_UP_MS 10000
+
+/*
+ * Nothing of a closing QP can complete: every send has (they are flushed),
+ * and the device has raised IBV_EVENT_QP_LAST_WQE_REACHED, its word that
+ * the QP takes no more receives from the SRQ.  Where it never comes (rxe
+ * before Linux 6.5, siw), CLOSE_TIMEOUT_MS stand in for it, and the destroy
+ * line says that a timer, not the device, ended the wait.
+ */
+static bool conn_quiet(const struct conn *conn, double now)
+{
+	double ms = (now - conn->closed_at) * 1000;
+
+	if (!conn->closing)
+		return false;
+	if (conn->sending)
+		return ms >= CLOSE_GIVE_UP_MS;
+	return conn->last_wqe || ms >= CLOSE_TIMEOUT_MS;
+}
+
+/*
+ * Give back what a quiet connection held (its window, then its slice: a
+ * write the NIC was placing into it when the QP stopped has landed by
+ * now), then destroy its QP and id.
+ */
+static void conn_destroy(struct server *srv, struct conn *conn, double now)
+{
+	if (conn->sending)
+		errorf("qp=0x%" PRIx32 ": %u sends still outstanding after "
+		       "%d ms: destroying it anyway",
+		       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
+	window_unbind(conn);
+	if (conn->slice.len)
+		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	printf("destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s "
+	       "freed=%zu\n",
+	       conn->qp_num, (now - conn->closed_at) * 1000,
+	       conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
+	srv->nconns--;
+	srv->nclosing--;
+	rdma_destroy_qp(conn->id);
+	rdma_destroy_id(conn->id);
+	free(conn);
+}
+
+/*
+ * Destroy the closing QPs that are quiet, in the order the verbs ask for a
+ * QP on an SRQ: error state, LAST_WQE_REACHED, drain the CQ (so that the
+ * QP's last completions are handled while its connection is there), then
+ * destroy.  Sooner, its completions are lost (mlx5 deletes them: a receive
+ * never reposted, a reply buffer never back) or come later under a QP
+ * number already reused (rxe).
+ */
+static void conns_reap(struct server *srv)
+{
+	struct conn **link = &srv->conns, *conn;
+	double now = now_seconds();
+	bool any = false;
+
+	for (conn = srv->conns; conn; conn = conn->next)
+		any = any || conn_quiet(conn, now);
+	if (!any)
+		return;
+	cq_drain(srv);
+	while ((conn = *link)) {
+		if (conn_quiet(conn, now)) {
+			*link = conn->next;
+			conn_destroy(srv, conn, now);
+		} else {
+			link = &conn->next;
+		}
+	}
+}
+
+/*
+ * At the end: close every connection, then take events and completions
+ * until each QP is quiet and destroyed (CLOSE_TIMEOUT_MS at most, unless
+ * sends are still outstanding).
+ */
+static void conns_close_all(struct server *srv)
+{
+	const struct timespec pause = { .tv_nsec = 1000000 };
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		conn_close(srv, conn);
+	while (srv->conns) {
+		while (async_handle(srv) > 0)
+			;
+		cq_drain(srv);
+		conns_reap(srv);
+		nanosleep(&pause, NULL);
+	}
 }
 
 /* ---- isolation: a memory window per slice (--isolation mw) --------------- */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The two servers are twins on purpose: rdma_pool_server.c (a polling tick)
 # and rdma_srq_pool_server_ev.c (events) differ only where their designs
-# differ, so that `diff` between them is a lesson.  This keeps it true: a
+# differ, so that `diff` between them is a lesson: events against a tick,
+# and one more, the event-driven server's registered reply buffers against
+# the polling server's inline replies.  This keeps it true: a
 # function that both define must be the same, word for word (its comment
 # above it may differ), unless it is in DESIGNED below with the reason; and
 # the functions they share come in the same order in both files.
@@ -22,7 +24,7 @@ declare -A DESIGNED=(
 	[cq_open]="the event-driven CQ has a completion channel and is armed"
 	[verbs_open]="the event-driven server also registers its reply buffers"
 	[verbs_close]="... and gives back the channel and the reply buffers"
-	[reply_send]="inline from the stack, or from a registered buffer"
+	[reply_send]="inline from the stack, or from a registered buffer (the second lesson)"
 	[send_done]="a completed reply gives its buffer back, by wr_id"
 	[on_completion]="send_done needs the wr_id in one of them"
 	[serve]="the tick loop, or poll() on the descriptors"
