@@ -200,6 +200,7 @@ static int verbs_open(struct client *cl)
 static int stream_open(struct client *cl)
 {
 	uint32_t k = cl->opt.every, w = cl->opt.window;
+	int err = 0;
 
 	cl->wrs = calloc(k, sizeof(*cl->wrs));
 	cl->sges = calloc(k, sizeof(*cl->sges));
@@ -211,9 +212,9 @@ static int stream_open(struct client *cl)
 		cl->doorbells[i].values = cl->values + (size_t)i * k;
 	if (cl->opt.inline_data)
 		cl->send_flags = IBV_SEND_INLINE;
-	else if (values_register(cl))
-		return -ENOMEM;
-	return rtt_open(cl);
+	else
+		err = values_register(cl);
+	return err ? err : rtt_open(cl);
 }
 
 #define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */

@@ -354,7 +354,8 @@ out_free:
 }
 
 /* A connection is over: its QP to the error state, where it takes nothing
- * more and its sends are flushed.  conns_reap() destroys it later. */
+ * more and its sends are flushed.  It is destroyed, and its slice lent
+ * again, once nothing of it can complete (conns_reap()). */
 static void conn_close(struct server *srv, struct conn *conn)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
@@ -433,6 +434,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 	if (!err) {
 		uint8_t *slice = srv->pool_mem + conn->slice.off;
 
+		/* the last holder's data is none of the next one's business */
 		memset(slice, 0, conn->slice.len);
 		reply.addr = (uintptr_t)slice;
 		reply.rkey = rkey;

@@ -60,8 +60,8 @@ ev_server=rdma_srq_pool_server_ev
 tick_server=rdma_pool_server
 # The servers compared, each "PROGRAM [OPTIONS...]": a variant with options
 # is one more entry, and the tables and the plots name it by that string.
-# The event-driven server runs plain (--busy-poll-us 0: get, ack, re-arm,
-# drain at every wake-up) and with its default hybrid polling.
+# The event-driven server runs plain (--busy-poll-us 0: it re-arms the CQ
+# at every wake-up) and with its default hybrid polling.
 servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
 # The smoke run (make test) scales only the two servers as they start.
