@@ -217,9 +217,10 @@ server_lines() {
 
 # doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
 # on, once CLIENTS connections have ended there and their QPs are destroyed
-# (their slices back in the pool, up to 2 s later where rxe never raises
-# LAST_WQE_REACHED; the next run needs the room): each connection's
-# doorbells in order, each with value == seq and "ok", RUNG in all.
+# (their slices back in the pool, up to 2 s later on Linux 6.1, whose rxe
+# never raises LAST_WQE_REACHED; the next run needs the room): each
+# connection's doorbells in order, each with value == seq and "ok", RUNG in
+# all.
 doorbells_check() {
 	local from=$1 clients=$2 rung=$3 i seen
 	for ((i = 0; i < 100; i++)); do

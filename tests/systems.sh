@@ -188,7 +188,33 @@ test_doctor_container_memlock() {
 	fi
 }
 
+# A development package missing: make names it rather than failing to
+# link.  pkg-config is pointed at an empty directory, so it finds neither
+# library, as on a machine without libibverbs-dev and librdmacm-dev.
+test_make_names_the_package() {
+	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc
+	local want
+	# This system's names for the two (Debian's: libibverbs-dev ...).
+	want=$(
+		# shellcheck source=scripts/system-lib.sh
+		. "$top/scripts/system-lib.sh"
+		read_os_release
+		echo "$(packages_of libibverbs) $(packages_of librdmacm)" | tr ' ' '\n' | awk '!seen[$0]++' | tr '\n' ' '
+	)
+	want=${want% }
+	mkdir -p "$empty"
+	PKG_CONFIG_LIBDIR=$empty PKG_CONFIG_PATH='' make -s -C "$top" check-build >"$out" 2>&1 || status=$?
+	if [ "$status" = 0 ]; then
+		fail "$t" "make check-build passed without the libraries"
+	elif ! grep -q "missing for build: libibverbs librdmacm; install with: sudo .* $want\$" "$out"; then
+		fail "$t" "no line naming $want: $(head -c 300 "$out")"
+	else
+		pass "$t"
+	fi
+}
+
 test_deps
+test_make_names_the_package
 test_unknown_system
 test_not_root
 test_doctor_fixes
