@@ -16,11 +16,15 @@ pass() {
 	passed=$((passed + 1))
 }
 fail() {
+	local f shown=''
 	echo "FAIL $1: $2 [${SECONDS}s]"
 	failed=$((failed + 1))
-	# Show what the programs said, for whoever reads the log.
-	for f in "$work"/*.out "$work"/*.err; do
-		[ -s "$f" ] && sed "s|^|    ${f##*/}: |" "$f" | tail -n 15
+	# Show what the programs said, for whoever reads the log: the
+	# server first, since a log shown in part keeps its head.
+	for f in "$work"/server*.out "$work"/server*.err "$work"/*.out "$work"/*.err; do
+		[[ -s $f && " $shown " != *" $f "* ]] || continue
+		shown+=" $f"
+		sed "s|^|    ${f##*/}: |" "$f" | tail -n 15
 	done
 	return 0
 }
@@ -181,7 +185,10 @@ slice_back() {
 		fi
 		sleep 0.1
 	done
-	echo "server did not destroy $qp and give back its $2 bytes"
+	echo "server did not destroy $qp and give back its $2 bytes; its last lines of $qp:"
+	grep -E "^[a-z]+ $qp( |\$)" "$work/server.out" | tail -n 4 | sed 's/^/      /'
+	[ -n "$server_pid" ] && ps -o pid=,stat=,wchan:32=,etime= -p "$server_pid" |
+		sed 's/^/      server process (pid stat wchan elapsed): /'
 	return 1
 }
 
