@@ -1,24 +1,24 @@
 /*
  * rdma_pool_client.c - borrows a slice of a server's memory and writes into
  * it with one-sided RDMA WRITEs, ringing a doorbell every K writes.  Read
- * this file first.  The core path, as it runs:
+ * this file first.  The core path, in the order main runs it:
  *
- *   main
- *     cm_resolve      find the server: its address, then a route to it
- *     verbs_open      PD, CQ, QP, registered memory, a receive for the reply
- *     stream_open     the work requests of one batch, the doorbells' ring
- *     cm_connect      connect our queue pair to one on the server
- *     slice_request   SEND a REQ_ALLOC; the RESP_ALLOC holds addr, rkey, size
- *     stream          write i = 1..N into slot (i-1) % slots of the slice:
- *       batch_post      K writes with one ibv_post_send(), the last of them
- *                       the doorbell, an RDMA WRITE WITH IMMEDIATE
- *       doorbell_wait   its completion: the server's NIC has them all
- *     cm_disconnect   say goodbye, so that the server frees the slice
- *     client_close    everything, in reverse order
+ *   cm_resolve      find the server (cm_wait: the CM's next event)
+ *   verbs_open      PD, CQ, QP, registered memory, a receive for the reply
+ *   stream_open     the work requests of one batch, the doorbells' ring
+ *   cm_connect      connect our queue pair to one on the server
+ *   slice_request   SEND a REQ_ALLOC; the RESP_ALLOC holds addr, rkey, size
+ *                   (cq_wait: the next work completion)
+ *   stream          write i = 1..N into slot (i-1) % slots of the slice:
+ *                   batch_fill, batch_post: K writes at once, the last one
+ *                   the doorbell (RDMA WRITE WITH IMMEDIATE); doorbell_wait
+ *   cm_disconnect   say goodbye, so that the server frees the slice;
+ *                   main then undoes the setup, in reverse
  *
- * The server's CPU never sees a plain RDMA WRITE; the doorbell's immediate
- * value takes a receive there, and that makes a completion it does see.
- * After the banner: options, errors, --no-inline, --post-each, statistics.
+ * The server's NIC (on Soft-RoCE, its kernel) places a plain RDMA WRITE in
+ * memory and the server program never hears of it; the doorbell takes a
+ * receive there, whose completion the server program does see.  After the
+ * banner: options, errors, --no-inline, --post-each, statistics, limits.
  */
 #include <endian.h>
 #include <errno.h>
@@ -34,30 +34,26 @@
 
 #include "common/common.h"
 
-/* How long any one wait may take: a CM event, a reply, a doorbell. */
-#define WAIT_TIMEOUT_MS 10000
+#define WAIT_TIMEOUT_MS 10000	/* for a CM event, a reply, a doorbell */
+#define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
 /* wr_id is ours: the completion hands it back.  Write i has wr_id i. */
 #define WRID_REQ 0
 #define WRID_REPLY UINT64_MAX
 
 struct options {
 	const char *server;
-	uint32_t size;
 	uint16_t port;
-	uint32_t writes;
+	uint32_t size, writes;
 	uint32_t every;	 /* K: a doorbell every K writes */
 	uint32_t window; /* W: doorbells in flight at most */
-	bool inline_data;
-	bool post_each;
-	bool quiet;
-	bool help;
+	bool inline_data, post_each, quiet, help;
 };
 
 /* A doorbell posted and not yet completed, and the values of its batch. */
 struct doorbell {
 	uint32_t seq;
 	uint32_t *values; /* K of them, big-endian */
-	double posted;	  /* when it was handed to the NIC */
+	double posted;	  /* when it was handed to the NIC: rtt_start() */
 };
 
 struct client {
@@ -68,87 +64,94 @@ struct client {
 	struct ibv_cq *cq;
 	uint8_t ctrl[2][CTRL_MSG_SIZE]; /* [0] request out, [1] reply in */
 	struct ibv_mr *ctrl_mr;
-	bool connected;
-
 	uint64_t remote_addr; /* the slice the server granted */
 	uint32_t rkey, slots;
-
 	struct ibv_send_wr *wrs; /* one batch: K - 1 writes and a doorbell */
 	struct ibv_sge *sges;
-	unsigned int send_flags; /* IBV_SEND_INLINE, unless --no-inline */
-	uint32_t values_lkey;	 /* for --no-inline; inline data needs none */
 	struct doorbell *doorbells; /* in flight: a ring of W, oldest first */
+	uint32_t *values;	    /* the W sets of K values */
 	uint32_t posted, completed;
-	uint32_t *values; /* the W sets of K values */
-
+	unsigned int send_flags;  /* IBV_SEND_INLINE, unless --no-inline */
 	struct ibv_mr *values_mr; /* --no-inline */
-	double *rtts;
+	double *rtts;		  /* round-trip statistics */
 	uint32_t nrtts, max_rtts;
 };
 
 /* Beyond the core path: after the banner below. */
 static int parse_options(int argc, char **argv, struct options *opt);
-static void usage(FILE *out);
-static int server_addr(struct client *cl, struct addrinfo **ai);
-static int cm_wait(struct client *cl, enum rdma_cm_event_type expected);
-static int slice_refused(struct client *cl, const struct ctrl_msg *reply);
-static int ack_timeout_set(struct client *cl);
+static int server_addr(struct client *cl, struct sockaddr_storage *addr);
+static int cm_timeout(struct client *cl, enum rdma_cm_event_type expected);
+static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
+			 enum rdma_cm_event_type expected);
 static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int qp_fail(struct client *cl, int err);
-static int wc_failed(const struct ibv_wc *wc);
 static int values_register(struct client *cl);
 static int rtt_open(struct client *cl);
+static int ack_timeout_set(struct client *cl);
+static int wc_failed(const struct ibv_wc *wc);
+static bool wait_over(double deadline);
+static int slice_refused(struct client *cl, const struct ctrl_msg *reply);
+static void rtt_start(struct doorbell *doorbell);
 static int batch_post_each(struct client *cl, struct doorbell *doorbell);
+static int doorbell_lost(const struct doorbell *doorbell, uint64_t wr_id);
 static void rtt_record(struct client *cl, const struct doorbell *doorbell);
 static void stream_report(struct client *cl, double seconds);
-static bool wait_over(double deadline);
-static int doorbell_lost(const struct doorbell *doorbell,
-			 const struct ibv_wc *wc);
-static void stream_close(struct client *cl);
 
-#define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
+/*
+ * The connection manager (librdmacm, "CM") reports a connection's progress
+ * as events on a channel: wait for the next one, check that the protocol
+ * expects it, acknowledge it.  What an event points to is valid only until
+ * its ack, and rdma_destroy_id() waits for the acks of its id's events.
+ */
+static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
+{
+	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
+	struct rdma_cm_event *event;
+	int ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
+
+	if (ret <= 0)
+		return ret ? fail("poll(cm events)", errno)
+			   : cm_timeout(cl, expected);
+	if (rdma_get_cm_event(cl->events, &event))
+		return fail("rdma_get_cm_event", errno);
+	if (event->event != expected)
+		return cm_unexpected(cl, event, expected); /* acks it */
+	rdma_ack_cm_event(event);
+	return 0;
+}
 
 /* A cm_id: what a socket is to TCP.  Resolving the address binds it to
  * the device that reaches the server (cl->id->verbs); then a route. */
 static int cm_resolve(struct client *cl)
 {
-	struct addrinfo *ai;
-	int err = server_addr(cl, &ai);
+	struct sockaddr_storage addr;
+	int err = server_addr(cl, &addr);
 
 	if (err)
 		return err;
 	cl->events = rdma_create_event_channel();
-	if (!cl->events) {
-		err = devices_missing("rdma_create_event_channel", errno);
-	} else if (rdma_create_id(cl->events, &cl->id, NULL, RDMA_PS_TCP)) {
-		err = fail("rdma_create_id", errno);
-	} else if (rdma_resolve_addr(cl->id, NULL, ai->ai_addr,
-				     RESOLVE_TIMEOUT_MS)) {
-		err = fail("rdma_resolve_addr", errno);
-	} else {
-		err = cm_wait(cl, RDMA_CM_EVENT_ADDR_RESOLVED);
-	}
-	freeaddrinfo(ai);
+	if (!cl->events)
+		return fail("rdma_create_event_channel", errno);
+	if (rdma_create_id(cl->events, &cl->id, NULL, RDMA_PS_TCP))
+		return fail("rdma_create_id", errno);
+	if (rdma_resolve_addr(cl->id, NULL, (struct sockaddr *)&addr,
+			      RESOLVE_TIMEOUT_MS))
+		return fail("rdma_resolve_addr", errno);
+	err = cm_wait(cl, RDMA_CM_EVENT_ADDR_RESOLVED);
 	if (err)
 		return err;
-
 	if (rdma_resolve_route(cl->id, RESOLVE_TIMEOUT_MS))
 		return fail("rdma_resolve_route", errno);
 	return cm_wait(cl, RDMA_CM_EVENT_ROUTE_RESOLVED);
 }
 
-/* ---- the verbs objects -------------------------------------------------- */
-
-/*
- * A protection domain (PD: a QP may only use memory registered in its
- * own), a completion queue (CQ), a reliable-connected (RC) queue pair, and
- * a memory region (MR) for the control messages; the reply's receive is
- * posted before we send (or it would meet "receiver not ready").
- */
+/* A protection domain (PD: a QP may only use memory registered in its
+ * own), a completion queue (CQ), a reliable-connected (RC) queue pair, a
+ * memory region (MR) for the control messages, and the reply's receive,
+ * posted before we send, lest the reply meet "receiver not ready". */
 static int verbs_open(struct client *cl)
 {
-	/* A receive for the reply: a buffer as a scatter/gather element
-	 * (SGE: address, length, the lkey of its region). */
+	/* the reply's buffer, a scatter/gather element (SGE) */
 	struct ibv_sge sge = {
 		.addr = (uintptr_t)cl->ctrl[1],
 		.length = CTRL_MSG_SIZE,
@@ -157,8 +160,7 @@ static int verbs_open(struct client *cl)
 		.wr_id = WRID_REPLY,
 		.sg_list = &sge,
 		.num_sge = 1,
-	};
-	struct ibv_recv_wr *bad;
+	}, *bad;
 	struct ibv_qp_init_attr attr = {
 		.qp_type = IBV_QPT_RC,
 		.cap.max_recv_wr = 1,
@@ -168,10 +170,10 @@ static int verbs_open(struct client *cl)
 		.cap.max_inline_data =
 			cl->opt.inline_data ? sizeof(uint32_t) : 0,
 	};
-	int err = send_queue_depth(cl, &attr.cap.max_send_wr);
+	int ret = send_queue_depth(cl, &attr.cap.max_send_wr);
 
-	if (err)
-		return err;
+	if (ret)
+		return ret;
 	cl->pd = ibv_alloc_pd(cl->id->verbs);
 	if (!cl->pd)
 		return fail("ibv_alloc_pd", errno);
@@ -180,27 +182,27 @@ static int verbs_open(struct client *cl)
 			       NULL, NULL, 0);
 	if (!cl->cq)
 		return fail("ibv_create_cq", errno);
-	attr.send_cq = cl->cq;
-	attr.recv_cq = cl->cq;
+	attr.send_cq = attr.recv_cq = cl->cq;
+	/* Created in RESET, moved to INIT (bound to the port) by librdmacm:
+	 * it takes receives now, but sends nothing before RTS. */
 	if (rdma_create_qp(cl->id, cl->pd, &attr))
 		return qp_fail(cl, errno);
-
 	/* Pinned, and translated for the NIC; LOCAL_WRITE: the reply lands. */
 	cl->ctrl_mr = ibv_reg_mr(cl->pd, cl->ctrl, sizeof(cl->ctrl),
 				 IBV_ACCESS_LOCAL_WRITE);
 	if (!cl->ctrl_mr)
-		return mr_fail("ibv_reg_mr(control messages)", errno);
+		return fail("ibv_reg_mr(control messages)", errno);
 	sge.lkey = cl->ctrl_mr->lkey;
-	return check("ibv_post_recv", ibv_post_recv(cl->id->qp, &rwr, &bad));
+	ret = ibv_post_recv(cl->id->qp, &rwr, &bad);
+	return ret ? fail("ibv_post_recv", ret) : 0;
 }
 
-/* One batch's work requests, a ring of W doorbells' values.  Inline, the
- * default, ibv_post_send() copies each value into its send queue entry
- * (WQE): no registration, nothing for the NIC to fetch. */
+/* One batch's work requests, a ring of W doorbells' values.  Inline (the
+ * default), ibv_post_send() copies each value into its WQE. */
 static int stream_open(struct client *cl)
 {
 	uint32_t k = cl->opt.every, w = cl->opt.window;
-	int err = 0;
+	int err;
 
 	cl->wrs = calloc(k, sizeof(*cl->wrs));
 	cl->sges = calloc(k, sizeof(*cl->sges));
@@ -210,18 +212,18 @@ static int stream_open(struct client *cl)
 		return fail("calloc(work requests)", ENOMEM);
 	for (uint32_t i = 0; i < w; i++)
 		cl->doorbells[i].values = cl->values + (size_t)i * k;
-	if (cl->opt.inline_data)
-		cl->send_flags = IBV_SEND_INLINE;
-	else
-		err = values_register(cl);
+	cl->send_flags = cl->opt.inline_data ? IBV_SEND_INLINE : 0;
+	err = values_register(cl); /* --no-inline only */
 	return err ? err : rtt_open(cl);
 }
 
 #define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */
 #define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
 
-/* rdma_connect() takes our QP from RESET through INIT, RTR (ready to
- * receive), to RTS (ready to send); docs/retry-counts.md on the counts. */
+/* rdma_connect() sends a connect request (CM REQ).  When the reply (REP)
+ * comes, rdma_get_cm_event() moves our QP to RTR (ready to receive) and
+ * RTS (ready to send), sends the last message (RTU, ready to use) and
+ * reports ESTABLISHED.  The counts are the server QP's: retry-counts.md. */
 static int cm_connect(struct client *cl)
 {
 	struct rdma_conn_param param = {
@@ -237,7 +239,6 @@ static int cm_connect(struct client *cl)
 	err = cm_wait(cl, RDMA_CM_EVENT_ESTABLISHED);
 	if (err)
 		return err;
-	cl->connected = true;
 	printf("connect server=%s port=%u qp=0x%" PRIx32 "\n", cl->opt.server,
 	       cl->opt.port, cl->id->qp->qp_num);
 	return 0;
@@ -267,7 +268,7 @@ static int slice_request(struct client *cl)
 		.version = CTRL_VERSION,
 		.type = CTRL_REQ_ALLOC,
 		.size = cl->opt.size,
-	};
+	}, reply;
 	struct ibv_sge sge = {
 		.addr = (uintptr_t)cl->ctrl[0],
 		.length = CTRL_MSG_SIZE,
@@ -279,24 +280,22 @@ static int slice_request(struct client *cl)
 		.num_sge = 1,
 		.opcode = IBV_WR_SEND,
 		.send_flags = IBV_SEND_SIGNALED,
-	};
-	struct ibv_send_wr *bad;
-	struct ctrl_msg reply;
+	}, *bad;
 	struct ibv_wc wc;
 	uint32_t reply_len = 0;
-	int err;
+	int ret;
 
 	msg_encode(&req, cl->ctrl[0]);
-	err = check("ibv_post_send(request)",
-		    ibv_post_send(cl->id->qp, &wr, &bad));
-	for (int done = 0; !err && done < 2; done++) {
-		err = cq_wait(cl, &wc);
-		if (!err && wc.wr_id == WRID_REPLY)
+	ret = ibv_post_send(cl->id->qp, &wr, &bad);
+	if (ret)
+		return fail("ibv_post_send(request)", ret);
+	for (int done = 0; done < 2; done++) {
+		ret = cq_wait(cl, &wc);
+		if (ret)
+			return ret;
+		if (wc.wr_id == WRID_REPLY)
 			reply_len = wc.byte_len;
 	}
-	if (err)
-		return err;
-
 	if (msg_decode(cl->ctrl[1], reply_len, &reply) ||
 	    reply.type != CTRL_RESP_ALLOC)
 		return slice_refused(cl, NULL);
@@ -311,24 +310,21 @@ static int slice_request(struct client *cl)
 	return 0;
 }
 
-/* ---- the write stream --------------------------------------------------- */
-
-/* Writes first..last, chained by .next; the server's NIC checks each
- * remote_addr against the rkey.  The doorbell, last, is signaled, and its
- * immediate value goes into the completion of the receive it takes. */
-static void batch_fill(struct client *cl, uint32_t first, uint32_t last,
+/* count writes from first on, chained by .next; the server's NIC checks
+ * each remote_addr against the rkey.  The last is the doorbell: signaled,
+ * and its immediate value lands in the completion of a server receive. */
+static void batch_fill(struct client *cl, uint32_t first, uint32_t count,
 		       struct doorbell *doorbell)
 {
-	/* Counted by k: with last == UINT32_MAX, i <= last holds for ever. */
-	for (uint32_t k = 0; k <= last - first; k++) {
+	for (uint32_t k = 0; k < count; k++) {
 		uint32_t i = first + k, slot = (i - 1) % cl->slots;
-		bool is_doorbell = i == last;
+		bool is_doorbell = k == count - 1;
 
 		doorbell->values[k] = htobe32(i);
 		cl->sges[k] = (struct ibv_sge){
 			.addr = (uintptr_t)&doorbell->values[k],
 			.length = sizeof(uint32_t),
-			.lkey = cl->values_lkey,
+			.lkey = cl->values_mr ? cl->values_mr->lkey : 0,
 		};
 		cl->wrs[k] = (struct ibv_send_wr){
 			.wr_id = i,
@@ -346,23 +342,24 @@ static void batch_fill(struct client *cl, uint32_t first, uint32_t last,
 			.wr.rdma.rkey = cl->rkey,
 		};
 	}
-	doorbell->seq = last;
+	doorbell->seq = first + (count - 1);
 }
 
-/* All K with one ibv_post_send(): one knock on the NIC's door (a register
- * write; a system call on Soft-RoCE).  The round trip starts here. */
-static int batch_post(struct client *cl, uint32_t first, uint32_t last)
+/* All K with one ibv_post_send(): one notice to the NIC (a register write
+ * on hardware; a system call on Soft-RoCE) for the whole batch. */
+static int batch_post(struct client *cl, uint32_t first, uint32_t count)
 {
 	struct doorbell *doorbell = &cl->doorbells[cl->posted % cl->opt.window];
 	struct ibv_send_wr *bad;
+	int ret;
 
-	batch_fill(cl, first, last, doorbell);
+	batch_fill(cl, first, count, doorbell);
 	cl->posted++;
 	if (cl->opt.post_each)
 		return batch_post_each(cl, doorbell);
-	doorbell->posted = now_seconds();
-	return check("ibv_post_send(writes)",
-		     ibv_post_send(cl->id->qp, cl->wrs, &bad));
+	rtt_start(doorbell);
+	ret = ibv_post_send(cl->id->qp, cl->wrs, &bad);
+	return ret ? fail("ibv_post_send(writes)", ret) : 0;
 }
 
 /* The doorbell's completion: it and every write before it acknowledged.
@@ -377,7 +374,7 @@ static int doorbell_wait(struct client *cl)
 	if (err)
 		return err;
 	if (wc.wr_id != doorbell->seq)
-		return doorbell_lost(doorbell, &wc);
+		return doorbell_lost(doorbell, wc.wr_id);
 	cl->completed++;
 	rtt_record(cl, doorbell);
 	if (!cl->opt.quiet)
@@ -389,16 +386,14 @@ static int doorbell_wait(struct client *cl)
  * doorbell once W are in flight (--window), repeat. */
 static int stream(struct client *cl)
 {
-	uint32_t n = cl->opt.writes;
+	uint64_t n = cl->opt.writes, first, count;
 	double start = now_seconds();
-	uint64_t first, last;
 	int err = 0;
 
-	for (first = 1; !err && first <= n; first = last + 1) {
-		last = first - 1 + cl->opt.every;
-		if (last > n)
-			last = n;
-		err = batch_post(cl, (uint32_t)first, (uint32_t)last);
+	for (first = 1; !err && first <= n; first += count) {
+		count = n - first + 1 < cl->opt.every ? n - first + 1
+						      : cl->opt.every;
+		err = batch_post(cl, (uint32_t)first, (uint32_t)count);
 		while (!err && cl->posted - cl->completed == cl->opt.window)
 			err = doorbell_wait(cl);
 	}
@@ -409,66 +404,71 @@ static int stream(struct client *cl)
 	return err;
 }
 
-/* Goodbye: librdmacm moves our QP to the error state (ERR: it takes no
- * more work) and sends the server a disconnect request. */
-static int cm_disconnect(struct client *cl)
+/* Goodbye: our QP to the error state (ERR: no more work; what is left in
+ * it completes with a flush error), a disconnect request (CM DREQ) out. */
+static int cm_disconnect(struct client *cl, int err)
 {
-	cl->connected = false;
 	if (rdma_disconnect(cl->id))
-		return fail("rdma_disconnect", errno);
-	return cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED);
+		return undo(err, "rdma_disconnect", errno);
+	return undo(err, NULL, cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED));
 }
 
-/* Everything in reverse order of creation; safe on a half-built client. */
-static void client_close(struct client *cl)
-{
-	stream_close(cl);
-	if (cl->ctrl_mr)
-		check("ibv_dereg_mr", ibv_dereg_mr(cl->ctrl_mr));
-	if (cl->id && cl->id->qp)
-		rdma_destroy_qp(cl->id);
-	if (cl->cq)
-		check("ibv_destroy_cq", ibv_destroy_cq(cl->cq));
-	if (cl->pd)
-		check("ibv_dealloc_pd", ibv_dealloc_pd(cl->pd));
-	if (cl->id)
-		rdma_destroy_id(cl->id);
-	if (cl->events)
-		rdma_destroy_event_channel(cl->events);
-}
-
+/* The lesson's steps, in order; then a goto ladder undoes them in reverse
+ * (common.h): a failed step jumps to the label that names what it must
+ * undo, and each undoing step copes with a step half done. */
 int main(int argc, char **argv)
 {
 	struct client cl = { 0 };
 	int err;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (parse_options(argc, argv, &cl.opt))
-		return EXIT_FAILURE;
-	if (cl.opt.help) {
-		usage(stdout);
-		return EXIT_SUCCESS;
-	}
-
+	err = parse_options(argc, argv, &cl.opt);
+	if (err || cl.opt.help)
+		goto out;
 	err = devices_check();
-	if (!err)
-		err = cm_resolve(&cl);
-	if (!err)
-		err = verbs_open(&cl);
-	if (!err)
-		err = stream_open(&cl);
-	if (!err)
-		err = cm_connect(&cl);
-	if (!err)
-		err = slice_request(&cl);
-	if (!err)
-		err = stream(&cl);
-	if (cl.connected) {
-		int ret = cm_disconnect(&cl);
-
-		err = err ? err : ret;
-	}
-	client_close(&cl);
+	if (err)
+		goto out;
+	err = cm_resolve(&cl);
+	if (err)
+		goto out_destroy_id;
+	err = verbs_open(&cl);
+	if (err)
+		goto out_destroy_verbs;
+	err = stream_open(&cl);
+	if (err)
+		goto out_free_stream;
+	err = cm_connect(&cl);
+	if (err)
+		goto out_free_stream;
+	err = slice_request(&cl);
+	if (err)
+		goto out_disconnect;
+	err = stream(&cl);
+out_disconnect:
+	err = cm_disconnect(&cl, err);
+out_free_stream:
+	if (cl.values_mr)
+		err = undo(err, "ibv_dereg_mr", ibv_dereg_mr(cl.values_mr));
+	free(cl.rtts);
+	free(cl.doorbells);
+	free(cl.values);
+	free(cl.sges);
+	free(cl.wrs);
+out_destroy_verbs: /* the QP first: its CQ and PD are in use till then */
+	if (cl.id && cl.id->qp)
+		rdma_destroy_qp(cl.id);
+	if (cl.ctrl_mr)
+		err = undo(err, "ibv_dereg_mr", ibv_dereg_mr(cl.ctrl_mr));
+	if (cl.cq)
+		err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(cl.cq));
+	if (cl.pd)
+		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(cl.pd));
+out_destroy_id:
+	if (cl.id && rdma_destroy_id(cl.id))
+		err = undo(err, "rdma_destroy_id", errno);
+	if (cl.events)
+		rdma_destroy_event_channel(cl.events);
+out:
 	return err ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
@@ -502,7 +502,8 @@ static void usage(FILE *out)
 		DEFAULT_WINDOW);
 }
 
-/* Fills opt from the arguments, or says what is wrong and fails. */
+/* Fills opt from the arguments, or says what is wrong and fails; --help
+ * prints the usage and sets opt->help. */
 static int parse_options(int argc, char **argv, struct options *opt)
 {
 	static const struct option longopts[] = {
@@ -553,6 +554,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 			break;
 		case 'h':
 			opt->help = true;
+			usage(stdout);
 			return 0;
 		default:
 			/* "-5" looks like an option to getopt */
@@ -587,6 +589,34 @@ static int parse_options(int argc, char **argv, struct options *opt)
 
 /* ---- connection troubles ------------------------------------------------ */
 
+/* The server's address, with our port, as for a socket. */
+static int server_addr(struct client *cl, struct sockaddr_storage *addr)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC }, *ai;
+	int ret = getaddrinfo(cl->opt.server, NULL, &hints, &ai);
+
+	if (ret) {
+		errorf("cannot resolve '%s': %s", cl->opt.server,
+		       gai_strerror(ret));
+		return -EINVAL;
+	}
+	memcpy(addr, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	if (addr->ss_family == AF_INET)
+		((struct sockaddr_in *)addr)->sin_port = htons(cl->opt.port);
+	else
+		((struct sockaddr_in6 *)addr)->sin6_port = htons(cl->opt.port);
+	return 0;
+}
+
+/* cm_wait() waited WAIT_TIMEOUT_MS for nothing. */
+static int cm_timeout(struct client *cl, enum rdma_cm_event_type expected)
+{
+	errorf("no %s from %s within %d ms", rdma_event_str(expected),
+	       cl->opt.server, WAIT_TIMEOUT_MS);
+	return -ETIMEDOUT;
+}
+
 /*
  * cm_wait() got another event than it expected: say what happened, then
  * acknowledge the event (a rejection's reason lives in its private data,
@@ -616,78 +646,6 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 	return rejected ? -ECONNREFUSED : -EPROTO;
 }
 
-/* The server's address, with our port, as for a socket. */
-static int server_addr(struct client *cl, struct addrinfo **ai)
-{
-	struct addrinfo hints = { .ai_family = AF_UNSPEC };
-	int ret = getaddrinfo(cl->opt.server, NULL, &hints, ai);
-
-	if (ret) {
-		errorf("cannot resolve '%s': %s", cl->opt.server,
-		       gai_strerror(ret));
-		return -EINVAL;
-	}
-	if ((*ai)->ai_family == AF_INET)
-		((struct sockaddr_in *)(*ai)->ai_addr)->sin_port =
-			htons(cl->opt.port);
-	else
-		((struct sockaddr_in6 *)(*ai)->ai_addr)->sin6_port =
-			htons(cl->opt.port);
-	return 0;
-}
-
-/*
- * The connection manager (librdmacm) reports a connection's progress as
- * events on a channel, one at a time: wait (at most WAIT_TIMEOUT_MS) for
- * the next one and check that it is the one the protocol expects now.
- * Every event must be acknowledged, and whatever it points to is only
- * valid until then.
- */
-static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
-{
-	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
-	struct rdma_cm_event *event;
-	int ret;
-
-	ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
-	if (ret < 0)
-		return fail("poll(cm events)", errno);
-	if (ret == 0) {
-		errorf("no %s from %s within %d ms", rdma_event_str(expected),
-		       cl->opt.server, WAIT_TIMEOUT_MS);
-		return -ETIMEDOUT;
-	}
-	if (rdma_get_cm_event(cl->events, &event))
-		return fail("rdma_get_cm_event", errno);
-	if (event->event != expected)
-		return cm_unexpected(cl, event, expected); /* acks it */
-	rdma_ack_cm_event(event);
-	return 0;
-}
-
-/*
- * The reply is no grant: not a RESP_ALLOC at all (NULL), a denial (printed,
- * then the client fails with its status), or too small for one slot.
- */
-static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
-{
-	if (!reply) {
-		errorf("the server's reply is not a RESP_ALLOC");
-		return -EBADMSG;
-	}
-	if (reply->status) {
-		printf("denied size=%" PRIu32 " status=%s\n", cl->opt.size,
-		       errno_name((int)reply->status));
-		errorf("the server denied %" PRIu32 " bytes: %s (%s)",
-		       cl->opt.size, errno_name((int)reply->status),
-		       strerror((int)reply->status));
-		return -(int)reply->status;
-	}
-	errorf("the server granted %" PRIu32 " bytes, too few for one slot",
-	       reply->size);
-	return -EBADMSG;
-}
-
 /* A wait's deadline has passed: say so. */
 static bool wait_over(double deadline)
 {
@@ -695,33 +653,6 @@ static bool wait_over(double deadline)
 		return false;
 	errorf("no completion within %d ms", WAIT_TIMEOUT_MS);
 	return true;
-}
-
-/* A completion came that is not the oldest doorbell's. */
-static int doorbell_lost(const struct doorbell *doorbell,
-			 const struct ibv_wc *wc)
-{
-	errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64 " came",
-	       doorbell->seq, wc->wr_id);
-	return -EPROTO;
-}
-
-#define ACK_TIMEOUT_EXP 16 /* 4.096 us * 2^16 = 0.27 s */
-
-/*
- * How long the NIC waits for an acknowledgement before it resends, as an
- * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
- * server that vanished mid-stream fails our next work request after about
- * two seconds, where RoCE's default (2^18 and more) takes many.
- */
-static int ack_timeout_set(struct client *cl)
-{
-	uint8_t exponent = ACK_TIMEOUT_EXP;
-
-	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
-			    &exponent, sizeof(exponent)))
-		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
-	return 0;
 }
 
 /*
@@ -742,7 +673,69 @@ static int wc_failed(const struct ibv_wc *wc)
 	return -EIO;
 }
 
-/* ---- the buffers of the stream ------------------------------------------ */
+/*
+ * The reply is no grant: not a RESP_ALLOC at all, a denial (printed, then
+ * the client fails with its status), or too small for one slot.  The
+ * status comes from the server: only a small positive number is an errno
+ * value (Linux's are below 4096), so anything else is a broken reply.
+ */
+#define MAX_ERRNO 4095
+
+static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
+{
+	if (!reply) {
+		errorf("the server's reply is not a RESP_ALLOC");
+		return -EBADMSG;
+	}
+	if (reply->status > MAX_ERRNO) {
+		errorf("the server's reply has status %" PRIu32
+		       ", which is no errno value",
+		       reply->status);
+		return -EBADMSG;
+	}
+	if (reply->status) {
+		int status = (int)reply->status;
+
+		printf("denied size=%" PRIu32 " status=%s\n", cl->opt.size,
+		       errno_name(status));
+		errorf("the server denied %" PRIu32 " bytes: %s (%s)",
+		       cl->opt.size, errno_name(status), strerror(status));
+		return -status;
+	}
+	errorf("the server granted %" PRIu32 " bytes, too few for one slot",
+	       reply->size);
+	return -EBADMSG;
+}
+
+/* A completion came that is not the oldest doorbell's. */
+static int doorbell_lost(const struct doorbell *doorbell, uint64_t wr_id)
+{
+	errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64 " came",
+	       doorbell->seq, wr_id);
+	return -EPROTO;
+}
+
+/* ---- limits and tuning -------------------------------------------------- */
+
+#define ACK_TIMEOUT_EXP 16 /* 4.096 us * 2^16 = 0.27 s */
+
+/*
+ * How long the NIC waits for an acknowledgement before it resends, as an
+ * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
+ * server that vanished mid-stream fails our next work request after about
+ * two seconds.  Left alone, the exponent comes from the kernel CM's packet
+ * lifetime for RoCE, which depends on the kernel: docs/retry-counts.md
+ * reads it off a QP (19 on Linux 6.1: 2.1 s a try).
+ */
+static int ack_timeout_set(struct client *cl)
+{
+	uint8_t exponent = ACK_TIMEOUT_EXP;
+
+	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+			    &exponent, sizeof(exponent)))
+		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
+	return 0;
+}
 
 /*
  * The send queue holds W batches of K work requests: a send queue retires
@@ -788,6 +781,8 @@ static int qp_fail(struct client *cl, int err)
 	return -err;
 }
 
+/* ---- --no-inline and --post-each ---------------------------------------- */
+
 /*
  * --no-inline: the NIC fetches each value from memory when it sends the
  * write, which may be long after ibv_post_send() returned.  So the values
@@ -798,23 +793,13 @@ static int values_register(struct client *cl)
 {
 	size_t n = (size_t)cl->opt.every * cl->opt.window;
 
-	cl->values_mr = ibv_reg_mr(cl->pd, cl->values, n * sizeof(*cl->values),
-				   0);
+	if (cl->opt.inline_data)
+		return 0;
+	cl->values_mr =
+		ibv_reg_mr(cl->pd, cl->values, n * sizeof(*cl->values), 0);
 	if (!cl->values_mr)
-		return mr_fail("ibv_reg_mr(values)", errno);
-	cl->values_lkey = cl->values_mr->lkey;
+		return fail("ibv_reg_mr(values)", errno);
 	return 0;
-}
-
-static void stream_close(struct client *cl)
-{
-	free(cl->rtts);
-	if (cl->values_mr)
-		check("ibv_dereg_mr(values)", ibv_dereg_mr(cl->values_mr));
-	free(cl->doorbells);
-	free(cl->values);
-	free(cl->sges);
-	free(cl->wrs);
 }
 
 /*
@@ -825,15 +810,16 @@ static void stream_close(struct client *cl)
 static int batch_post_each(struct client *cl, struct doorbell *doorbell)
 {
 	struct ibv_send_wr *wr, *next, *bad;
+	int ret;
 
 	for (wr = cl->wrs; wr; wr = next) {
 		next = wr->next;
 		wr->next = NULL;
 		if (!next)
-			doorbell->posted = now_seconds();
-		if (check("ibv_post_send(write)",
-			  ibv_post_send(cl->id->qp, wr, &bad)))
-			return -EIO;
+			rtt_start(doorbell);
+		ret = ibv_post_send(cl->id->qp, wr, &bad);
+		if (ret)
+			return fail("ibv_post_send(write)", ret);
 	}
 	return 0;
 }
@@ -850,6 +836,12 @@ static int rtt_open(struct client *cl)
 		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
 	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
 	return cl->rtts ? 0 : fail("calloc(round trips)", ENOMEM);
+}
+
+/* A doorbell's round trip starts when it is handed to the NIC. */
+static void rtt_start(struct doorbell *doorbell)
+{
+	doorbell->posted = now_seconds();
 }
 
 static void rtt_record(struct client *cl, const struct doorbell *doorbell)

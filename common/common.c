@@ -103,7 +103,7 @@ int pool_init(struct pool *pool, size_t bytes)
 	words = (pool->nchunks + BITS_PER_WORD - 1) / BITS_PER_WORD;
 	pool->bits = calloc(words, sizeof(*pool->bits));
 	pool->used = 0;
-	return pool->bits ? 0 : -ENOMEM;
+	return pool->bits ? 0 : fail("calloc(pool bitmap)", ENOMEM);
 }
 
 void pool_destroy(struct pool *pool)
@@ -336,34 +336,66 @@ const char *errno_name(int err)
 	return name ? name : "E(unknown)";
 }
 
-/*
- * The one error idiom of the three programs: print "program: what: reason"
- * on stderr and hand back -err, so a caller can write
- * "return fail("ibv_alloc_pd", errno);".  The errno value is an argument,
- * taken before anything else can overwrite it.
- */
-int fail(const char *what, int err)
-{
-	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
-		strerror(err));
-	return -err;
-}
-
-/*
- * For the int-returning verbs, which give 0 or an errno value: report a
- * failure and keep going, as a teardown path must.
- */
-int check(const char *what, int ret)
-{
-	return ret ? fail(what, ret) : 0;
-}
-
 static void devices_hint(void)
 {
 	errorf("no RDMA device found.  Bring up Soft-RoCE on a network "
 	       "interface: 'rdma link add rxe0 type rxe netdev eth0' (as "
 	       "root, kernel module rdma_rxe), or run through "
 	       "scripts/soft-roce.sh, which does it for you");
+}
+
+/*
+ * Registering memory pins its pages in RAM (the NIC may access them at any
+ * moment, so they must never be swapped out or moved), and the kernel lets
+ * an unprivileged process pin at most RLIMIT_MEMLOCK bytes: past that,
+ * ibv_reg_mr() fails with ENOMEM.  Root, or a process with CAP_IPC_LOCK, is
+ * exempt, which is why this bites only ordinary users.
+ */
+static void memlock_hint(void)
+{
+	struct rlimit lim;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 &&
+	    lim.rlim_cur != RLIM_INFINITY)
+		errorf("registered memory is pinned, and this process may pin "
+		       "only %llu KiB (ulimit -l).  Raise the limit: "
+		       "'ulimit -l unlimited' in this shell (as root), a "
+		       "'memlock' line in /etc/security/limits.conf, or "
+		       "LimitMEMLOCK= for a systemd service",
+		       (unsigned long long)lim.rlim_cur / 1024);
+}
+
+/*
+ * Idiom 1 (common.h): "program: what: reason" on stderr, and -err.  The
+ * errno value is an argument, taken before anything else can overwrite it.
+ * Two failures get a line of advice, being the commonest troubles: no RDMA
+ * stack at all (no /dev/infiniband/rdma_cm: rdma_create_event_channel()
+ * says ENODEV or ENOENT), and a locked-memory limit too low to register
+ * memory.
+ */
+int fail(const char *what, int err)
+{
+	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
+		strerror(err));
+	if ((err == ENODEV || err == ENOENT) &&
+	    strcmp(what, "rdma_create_event_channel") == 0)
+		devices_hint();
+	if (err == ENOMEM && strncmp(what, "ibv_reg_mr", 10) == 0)
+		memlock_hint();
+	return -err;
+}
+
+/*
+ * Idiom 2 (common.h): one step of a teardown returned ret, and err is the
+ * first error of the run so far.  ret is 0, an errno value (what failed:
+ * reported here), or a negative errno value (reported where it happened).
+ * Gives back err if there was one, else ret as a negative errno value.
+ */
+int undo(int err, const char *what, int ret)
+{
+	if (ret > 0)
+		ret = fail(what, ret);
+	return err ? err : ret;
 }
 
 /*
@@ -383,42 +415,6 @@ int devices_check(void)
 		return 0;
 	devices_hint();
 	return -ENODEV;
-}
-
-/*
- * A call into the connection manager failed with err: if that means the
- * RDMA stack is not there at all (no /dev/infiniband/rdma_cm), say how to
- * get it; otherwise report it as any failure.
- */
-int devices_missing(const char *what, int err)
-{
-	fail(what, err);
-	if (err == ENODEV || err == ENOENT)
-		devices_hint();
-	return -err;
-}
-
-/*
- * ibv_reg_mr() failed with err.  Registering memory pins its pages in RAM
- * (the NIC may access them at any moment, so they must never be swapped
- * out or moved), and the kernel lets an unprivileged process pin at most
- * RLIMIT_MEMLOCK bytes: past that, ENOMEM.  Root, or a process with
- * CAP_IPC_LOCK, is exempt, which is why this bites only ordinary users.
- */
-int mr_fail(const char *what, int err)
-{
-	struct rlimit lim;
-
-	fail(what, err);
-	if (err == ENOMEM && getrlimit(RLIMIT_MEMLOCK, &lim) == 0 &&
-	    lim.rlim_cur != RLIM_INFINITY)
-		errorf("registered memory is pinned, and this process may pin "
-		       "only %llu KiB (ulimit -l).  Raise the limit: "
-		       "'ulimit -l unlimited' in this shell (as root), a "
-		       "'memlock' line in /etc/security/limits.conf, or "
-		       "LimitMEMLOCK= for a systemd service",
-		       (unsigned long long)lim.rlim_cur / 1024);
-	return -err;
 }
 
 /* Any other error: "program: message" on stderr. */

@@ -7,13 +7,27 @@
  *     whether a doorbell's slot holds what it should);
  *   - names for work-completion statuses and asynchronous events (the
  *     loops that poll for them are the lesson, and stay in each program);
- *   - number parsing for command lines, and the one error idiom (fail,
- *     check, errorf) with the advice for the two commonest troubles: no
- *     RDMA device, and a locked-memory limit too low to register memory.
+ *   - number parsing for command lines, and the two error idioms below.
  *
  * Everything here is plain C over libibverbs types; only devices_check()
- * talks to the verbs library.  Functions return 0 or a negative errno
- * value.
+ * talks to the verbs library.
+ *
+ * The two error idioms of the three programs:
+ *
+ * 1. A function that can fail returns 0 or a negative errno value.  Where
+ *    a call fails, fail() reports it once, on stderr, naming the call and
+ *    the reason ("rdma_pool_server: ibv_reg_mr(pool): Cannot allocate
+ *    memory"), and gives back -err for the caller to pass up or act on:
+ *        if (!cq)
+ *                return fail("ibv_create_cq", errno);
+ *    errorf() reports what no call's errno says (a bad argument, a reply
+ *    that makes no sense); the function then returns -EINVAL or the like.
+ * 2. What is set up is undone by a goto ladder whose labels name what they
+ *    undo, in reverse order of the setup: after a failure from the label
+ *    that matches it, at the end from the top.  An undoing step never
+ *    stops the rest: undo() reports a failed call and keeps the first
+ *    error of the run:
+ *        err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(cq));
  */
 #ifndef RDMA_POOL_COMMON_H
 #define RDMA_POOL_COMMON_H
@@ -111,10 +125,8 @@ int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
 		 uint64_t *value);
 const char *errno_name(int err);
 int fail(const char *what, int err);
-int devices_check(void);
-int devices_missing(const char *what, int err);
-int mr_fail(const char *what, int err);
+int undo(int err, const char *what, int ret);
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int check(const char *what, int ret);
+int devices_check(void);
 
 #endif /* RDMA_POOL_COMMON_H */

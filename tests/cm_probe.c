@@ -179,7 +179,7 @@ static int qp_open(struct side *s)
 static int listener_open(struct probe *pr, struct sockaddr *addr)
 {
 	if (rdma_create_id(pr->events, &pr->listener, NULL, RDMA_PS_TCP))
-		return devices_missing("rdma_create_id(listener)", errno);
+		return fail("rdma_create_id(listener)", errno);
 	if (rdma_bind_addr(pr->listener, addr))
 		return fail("rdma_bind_addr", errno);
 	if (rdma_listen(pr->listener, 1))
@@ -392,11 +392,11 @@ static void side_close(struct side *s)
 	if (s->id && s->id->qp)
 		rdma_destroy_qp(s->id);
 	if (s->cq)
-		check("ibv_destroy_cq", ibv_destroy_cq(s->cq));
+		undo(0, "ibv_destroy_cq", ibv_destroy_cq(s->cq));
 	if (s->mr)
-		check("ibv_dereg_mr", ibv_dereg_mr(s->mr));
+		undo(0, "ibv_dereg_mr", ibv_dereg_mr(s->mr));
 	if (s->pd)
-		check("ibv_dealloc_pd", ibv_dealloc_pd(s->pd));
+		undo(0, "ibv_dealloc_pd", ibv_dealloc_pd(s->pd));
 	if (s->id)
 		rdma_destroy_id(s->id);
 }
@@ -425,7 +425,7 @@ int main(int argc, char **argv)
 	}
 	pr.events = rdma_create_event_channel();
 	if (!pr.events)
-		err = devices_missing("rdma_create_event_channel", errno);
+		err = fail("rdma_create_event_channel", errno);
 	if (!err)
 		err = listener_open(&pr, ai->ai_addr);
 	if (!err)

@@ -23,6 +23,9 @@
  *   writeto:ADDR:VALUE:RKEY
  *                     the same at address ADDR, with the key RKEY
  *   read:OFF          RDMA READ the 32 bits at granted addr + OFF
+ *   ring:SEQ          a doorbell that writes nothing: an RDMA WRITE WITH
+ *                     IMMEDIATE of no bytes, immediate SEQ, so that the
+ *                     server reports what slot (SEQ-1) % slots holds
  *   sleep:MS          hold the connection that long
  *   blind:N           N REQ_ALLOCs of 4096 bytes, one after the other, with
  *                     no receive posted for the replies: they stay stuck in
@@ -31,7 +34,7 @@
  *
  * Each step prints one line: "reply status=... size=... rkey=...",
  * "write off=... status=IBV_WC_...", "read off=... value=... status=...",
- * "blind sent=N".
+ * "ring seq=... status=IBV_WC_...", "blind sent=N".
  * Exits 0 once every step has run, whatever the server answered, and 1 if
  * it could not connect or a step got no answer at all.
  */
@@ -288,6 +291,24 @@ static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
 	return 0;
 }
 
+static int step_ring(struct peer *p, uint32_t seq)
+{
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED,
+		.imm_data = htobe32(seq),
+		.wr.rdma.remote_addr = p->addr,
+		.wr.rdma.rkey = p->rkey,
+	};
+	struct ibv_wc wc;
+	int err = send_one(p, &wr, &wc);
+
+	if (!err)
+		printf("ring seq=%" PRIu32 " status=%s\n", seq,
+		       wc_status_name(wc.status));
+	return err;
+}
+
 /*
  * Requests whose replies can find no receive: the server's NIC is told
  * "receiver not ready" and retries (as often as --rnr-retry asked), so the
@@ -360,6 +381,8 @@ static int step_run(struct peer *p, const char *step)
 				 (uint32_t)c);
 	if (sscanf(step, "read:%lli", &off) == 1)
 		return step_rdma(p, IBV_WR_RDMA_READ, off, 0, p->rkey);
+	if (sscanf(step, "ring:%lli", &a) == 1)
+		return step_ring(p, (uint32_t)a);
 	if (sscanf(step, "blind:%lli", &a) == 1 && a <= 64)
 		return step_blind(p, (uint32_t)a);
 	if (strcmp(step, "kill") == 0)

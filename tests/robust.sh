@@ -537,8 +537,10 @@ test_isolation() {
 	local s=$1 port=$2 mode=$3 t=$1/isolation_$3 owner want_write want_value pool addr
 	start_server "$s" "$port" --isolation "$mode" || { fail "$t" "server did not start"; return; }
 	# The owner takes the first slice, writes 4369 into its slot 0, waits
-	# while the others try their luck, and reads slot 0 back.
-	peer_steps owner "$port" req:4096 write:0:4369 sleep:3000 read:0 &
+	# while the others try their luck, then rings doorbell 1, which makes
+	# the server report what slot 0 holds, and last tries to read it back,
+	# which nothing in the pool allows.
+	peer_steps owner "$port" req:4096 write:0:4369 sleep:3000 ring:1 read:0 &
 	owner=$!
 	wait_for "$work/owner.out" '^write off=0 status=' 20
 	# The intruder's slice comes right after it: its offset -4096 is the
@@ -567,11 +569,20 @@ test_isolation() {
 		reply status=0 size=4096 rkey=KEY
 		write off=4093 status=$want_write
 	EOF
-	expect_lines "$t/neighbour_reads_back" "$work/owner.out" <<-EOF
+	expect_lines "$t/no_remote_read" "$work/owner.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
 		write off=0 status=IBV_WC_SUCCESS
-		read off=0 value=$want_value status=IBV_WC_SUCCESS
+		ring seq=1 status=IBV_WC_SUCCESS
+		read off=0 value=0 status=IBV_WC_REM_ACCESS_ERR
 	EOF
+	# The server read slot 0 for doorbell 1: the intruder's value, or,
+	# under isolation, the owner's own.
+	owner=$(grep -m1 '^grant ' "$work/server.out" | cut -d' ' -f2)
+	if wait_for "$work/server.out" "^doorbell $owner seq=1 value=$want_value MISMATCH\$" 5; then
+		pass "$t/neighbour_sees"
+	else
+		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1 value=$want_value MISMATCH' line"
+	fi
 	if [ "$mode" = mw ] && [ "$pool" = none ]; then
 		pass "$t/pool_key_opens_nothing (the pool has no key)"
 	elif [ "$mode" = mw ]; then
