@@ -11,14 +11,13 @@
  *                       srq_open, recv_post, cq_open, replies_open; each
  *                       a QP, conn_create), or a client gone (conn_close)
  *     async_handle      the device's own events: LAST_WQE_REACHED
- *     cq_event          get the CQ's event, ack it; cq_spin: drain, re-arm
+ *     cq_event          get the CQ's event, ack it, drain the CQ, re-arm it
  *     cq_drain          each completion to on_completion, via conn_find:
  *                       on_request, reply_send, reply_buffer_take and
  *                       reply_buffer_put, or on_doorbell
  *     conns_reap        each closed QP, once conn_quiet: conn_destroy
- * After the banner: options, reports, errors, limits and tuning, the end,
- * --isolation mw.  rdma_pool_server.c is the twin that polls on a tick and
- * sends replies inline: a diff shows both lessons.
+ * Past the banner: options, reports, troubles, limits and deadlines, the
+ * end, --isolation mw.  The twin rdma_pool_server.c polls on a tick.
  */
 #include <endian.h>
 #include <errno.h>
@@ -39,39 +38,40 @@
 
 #include "common/common.h"
 
-/* Replies in flight per connection; its send queue has room for them and
- * for one more work request, --isolation mw's window bind. */
+/* Replies in flight per connection; its send queue has room for them, a
+ * window bind (--isolation mw) and a keepalive probe (conns_watch()). */
 #define SEND_DEPTH 8
-#define SQ_DEPTH (SEND_DEPTH + 1)
+#define SQ_DEPTH (SEND_DEPTH + 2)
 /* wr_id is ours, handed back in the completion, failed or not: what the
  * work request was in the high 32 bits, a receive buffer's index below. */
 #define WRID_RECV (UINT64_C(1) << 32)
 #define WRID_SEND (UINT64_C(2) << 32)
 #define WRID_BIND (UINT64_C(3) << 32)
+#define WRID_PROBE (UINT64_C(4) << 32)
 #define WRID_KIND(wr_id) ((wr_id) & ~UINT64_C(0xffffffff))
 #define WRID_INDEX(wr_id) ((uint32_t)(wr_id))
 
 struct options {
 	uint16_t port;
 	uint32_t pool_size, srq_depth, max_conns;
+	uint32_t handshake_ms, keepalive_ms; /* conns_watch() */
 	bool isolation, help;  /* --isolation mw: a memory window per slice */
-	uint32_t busy_poll_us; /* see cq_spin() */
+	uint32_t busy_poll_us; /* see spin_on() */
 };
 
 struct conn {
 	struct rdma_cm_id *id;
 	uint32_t qp_num;
-	struct slice slice;	/* this client's part of the pool */
-	unsigned int sending;	/* sends posted, not yet completed */
-	bool closing, last_wqe; /* see conn_close(), conn_quiet() */
-	double closed_at;
+	struct slice slice;   /* this client's part of the pool */
+	unsigned int sending; /* sends posted, not yet completed */
+	bool closing, last_wqe, established, probing; /* conn_close() ... */
+	double accepted_at, probed_at, closed_at;     /* conns_watch() ... */
 	struct window *window; /* --isolation mw: window_bind() */
 	struct conn *next;
 };
 
 struct server {
 	struct options opt;
-	int sigfd;
 	struct rdma_event_channel *events;
 	struct rdma_cm_id *listener;
 	struct ibv_context *verbs; /* this and the rest: verbs_open() */
@@ -79,17 +79,19 @@ struct server {
 	uint8_t *pool_mem, *recv_bufs, *send_bufs; /* send: replies_open() */
 	struct ibv_mr *pool_mr, *recv_mr, *send_mr;
 	uint32_t *send_free, nsend_free; /* a stack of free reply buffers */
+	struct conn **send_owner;	 /* whose reply each buffer holds */
 	struct ibv_srq *srq;
 	struct ibv_comp_channel *comp;
 	struct ibv_cq *cq;
-	bool spinning;		/* polling the CQ unarmed: cq_spin() */
+	bool spinning;		/* polling the CQ unarmed: spin_on() */
 	double last_completion; /* while spinning */
 	struct pool pool;
 	struct conn *conns;
 	unsigned int nconns, nclosing; /* in conns; of them closing */
 	uint32_t recvs_posted;	       /* receives on the SRQ now */
-	uint64_t doorbells;
-	int stopped_by; /* the signal that ended serve() */
+	uint64_t doorbells, sends_abandoned;
+	int sigfd, stopped_by; /* signals; the one that ended serve() */
+	struct outlet out;     /* say(): reports that never block */
 };
 
 /* Beyond the core path: after the banner below. */
@@ -97,26 +99,33 @@ static int parse_options(int argc, char **argv, struct options *opt);
 static int signals_open(struct server *srv);
 static int signal_take(struct server *srv);
 static int listen_fail(struct server *srv, int err);
-static int device_check(struct server *srv);
+static int cm_other(enum rdma_cm_event_type type);
+static int devices_fit(struct server *srv);
 static int windows_pool(struct server *srv);
 static int srq_limit_arm(struct server *srv);
 static const char *conn_refusal(struct server *srv, struct rdma_cm_id *id,
 				int *err);
-static void conn_reject(struct rdma_cm_id *id, const char *reason);
+static void conn_reject(struct server *srv, struct rdma_cm_id *id,
+			const char *reason);
 static void rnr_timer_shorten(struct ibv_qp *qp);
 static bool replies_full(struct server *srv, struct conn *conn);
 static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
-static void reply_print(const struct conn *conn, const struct ctrl_msg *reply,
-			uint32_t asked);
-static void mismatch_say(const struct conn *conn, uint32_t seq, uint32_t value);
-static void on_failure(struct server *srv, struct conn *conn,
+static void reply_print(struct server *srv, const struct conn *conn,
+			const struct ctrl_msg *reply, uint32_t asked);
+static void doorbell_print(struct server *srv, const struct conn *conn,
+			   uint32_t seq, uint32_t value);
+static void on_trouble(struct server *srv, struct conn *conn,
 		       const struct ibv_wc *wc);
+static void conn_drop(struct server *srv, struct conn *conn,
+		      const char *reason);
+static int conns_watch(struct server *srv);
 static int async_other(struct server *srv, const struct ibv_async_event *event);
-static void destroy_print(const struct conn *conn, double now);
+static void destroy_print(struct server *srv, struct conn *conn, double now);
 static int window_unbind(struct conn *conn);
 static int conns_close_all(struct server *srv);
 static int verbs_close(struct server *srv, int err);
 static bool spin_on(struct server *srv, int completions);
+static int poll_timeout(struct server *srv);
 
 #define LISTEN_BACKLOG 16 /* connect requests queued until accepted */
 
@@ -141,8 +150,8 @@ static int listen_open(struct server *srv)
 		return listen_fail(srv, errno);
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
-	printf("listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
-	       srv->opt.pool_size);
+	say(&srv->out, "listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
+	    srv->opt.pool_size);
 	return 0;
 }
 
@@ -163,8 +172,8 @@ static int pool_register(struct server *srv)
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!srv->pool_mr)
 		return fail("ibv_reg_mr(pool)", errno);
-	printf("pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
-	       (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
+	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
+	    (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
 	return 0;
 }
 
@@ -223,13 +232,13 @@ static int srq_open(struct server *srv)
 }
 
 /* One CQ for all sends and receives, with room for all that can be
- * outstanding: one per SRQ receive, SQ_DEPTH a connection (conn_refusal()).
- * Its channel's fd turns readable when a completion reaches it, armed. */
+ * outstanding: one per SRQ receive, SQ_DEPTH a connection (conn_refusal()). */
 static int cq_open(struct server *srv)
 {
 	int depth = (int)(srv->opt.srq_depth + srv->opt.max_conns * SQ_DEPTH);
 	int ret;
 
+	/* Its fd turns readable when a completion reaches the CQ armed. */
 	srv->comp = ibv_create_comp_channel(srv->verbs);
 	if (!srv->comp)
 		return fail("ibv_create_comp_channel", errno);
@@ -249,7 +258,8 @@ static int replies_open(struct server *srv)
 
 	srv->send_bufs = calloc(count, CTRL_MSG_SIZE);
 	srv->send_free = calloc(count, sizeof(*srv->send_free));
-	if (!srv->send_bufs || !srv->send_free)
+	srv->send_owner = calloc(count, sizeof(*srv->send_owner));
+	if (!srv->send_bufs || !srv->send_free || !srv->send_owner)
 		return fail("calloc(reply buffers)", ENOMEM);
 	srv->send_mr =
 		ibv_reg_mr(srv->pd, srv->send_bufs, count * CTRL_MSG_SIZE, 0);
@@ -261,19 +271,25 @@ static int replies_open(struct server *srv)
 }
 
 /* A free buffer (replies_full() saw one), named in wr: wr_id, SGE. */
-static uint8_t *reply_buffer_take(struct server *srv, struct ibv_send_wr *wr)
+static uint8_t *reply_buffer_take(struct server *srv, struct conn *conn,
+				  struct ibv_send_wr *wr)
 {
 	uint32_t index = srv->send_free[--srv->nsend_free];
 
+	srv->send_owner[index] = conn;
 	wr->wr_id = WRID_SEND | index;
 	wr->sg_list->addr = (uintptr_t)(srv->send_bufs + index * CTRL_MSG_SIZE);
 	wr->sg_list->lkey = srv->send_mr->lkey;
 	return srv->send_bufs + index * CTRL_MSG_SIZE;
 }
 
-/* The buffer that wr_id names is free again. */
-static void reply_buffer_put(struct server *srv, uint64_t wr_id)
+/* wr_id's buffer is free again, if conn still holds it: sends_abandon(). */
+static void reply_buffer_put(struct server *srv, struct conn *conn,
+			     uint64_t wr_id)
 {
+	if (!conn || srv->send_owner[WRID_INDEX(wr_id)] != conn)
+		return;
+	srv->send_owner[WRID_INDEX(wr_id)] = NULL;
 	srv->send_free[srv->nsend_free++] = WRID_INDEX(wr_id);
 }
 
@@ -286,9 +302,6 @@ static int verbs_open(struct server *srv, struct ibv_context *verbs)
 	srv->verbs = verbs;
 	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
 		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
-	err = device_check(srv);
-	if (err)
-		return err;
 	srv->pd = ibv_alloc_pd(verbs);
 	if (!srv->pd)
 		return fail("ibv_alloc_pd", errno);
@@ -339,9 +352,10 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 		goto out_destroy_qp;
 	}
 	rnr_timer_shorten(id->qp);
-	*conn = (struct conn){ .id = id,
-			       .qp_num = id->qp->qp_num,
-			       .next = srv->conns };
+	conn->id = id;
+	conn->qp_num = id->qp->qp_num;
+	conn->accepted_at = now_seconds();
+	conn->next = srv->conns;
 	id->context = srv->conns = conn;
 	srv->nconns++;
 	return 0;
@@ -356,14 +370,17 @@ out_free:
 /* A client: accepted, or refused with a reason it is told. */
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
-	int err = srv->verbs ? 0 : verbs_open(srv, id->verbs);
-	const char *refusal =
-		err ? "server-setup-failed" : conn_refusal(srv, id, &err);
+	int err = 0;
+	const char *refusal = conn_refusal(srv, id, &err);
 
+	if (!refusal && !srv->verbs) {
+		err = verbs_open(srv, id->verbs);
+		refusal = err ? "server-setup-failed" : NULL;
+	}
 	if (!refusal && conn_create(srv, id))
 		refusal = "connection-setup-failed";
 	if (refusal)
-		conn_reject(id, refusal);
+		conn_reject(srv, id, refusal);
 	return err;
 }
 
@@ -379,13 +396,12 @@ static void conn_close(struct server *srv, struct conn *conn)
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
 		fail("ibv_modify_qp(IBV_QPS_ERR)", ret);
-	/* a DREQ; before the client's RTU there is no connection to end */
-	if (rdma_disconnect(conn->id) && errno != EINVAL)
+	if (rdma_disconnect(conn->id) && errno != EINVAL) /* EINVAL: no RTU */
 		fail("rdma_disconnect", errno);
 	conn->closing = true;
 	conn->closed_at = now_seconds();
 	srv->nclosing++;
-	printf("disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
+	say(&srv->out, "disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
 }
 
 /* Signaled: its completion frees its send queue entry, and its buffer,
@@ -404,10 +420,10 @@ static void reply_send(struct server *srv, struct conn *conn,
 
 	if (replies_full(srv, conn))
 		return;
-	msg_encode(reply, reply_buffer_take(srv, &wr));
+	msg_encode(reply, reply_buffer_take(srv, conn, &wr));
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
-		reply_buffer_put(srv, wr.wr_id);
+		reply_buffer_put(srv, conn, wr.wr_id);
 		fail("ibv_post_send(reply)", ret);
 		conn_close(srv, conn);
 		return;
@@ -439,7 +455,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		reply.size = (uint32_t)conn->slice.len;
 	}
 	reply.status = (uint32_t)-err;
-	reply_print(conn, &reply, asked);
+	reply_print(srv, conn, &reply, asked);
 	reply_send(srv, conn, &reply);
 }
 
@@ -451,18 +467,11 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 {
 	uint32_t slots = conn->slice.len / 4, value = 0;
 	uint8_t *slot = srv->pool_mem + conn->slice.off;
-	enum slot_verdict verdict;
 
 	if (slots)
 		memcpy(&value, slot + (size_t)(seq - 1) % slots * 4, 4);
-	value = be32toh(value);
-	verdict = slot_check(seq, value, slots);
 	srv->doorbells++;
-	printf("doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32
-	       " %s\n",
-	       conn->qp_num, seq, value, slot_verdict_name(verdict));
-	if (verdict == SLOT_MISMATCH)
-		mismatch_say(conn, seq, value);
+	doorbell_print(srv, conn, seq, be32toh(value)); /* ok? slot_check() */
 }
 
 /* A walk of the list: what a completion costs more with more clients. */
@@ -480,8 +489,8 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	struct conn *conn = conn_find(srv, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
-	if (!conn || wc->status != IBV_WC_SUCCESS)
-		on_failure(srv, conn, wc);
+	if (!conn || wc->status || wc->wc_flags & IBV_WC_WITH_INV)
+		on_trouble(srv, conn, wc); /* failed, or a key revoked */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
@@ -492,10 +501,10 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 		srv->recvs_posted--;
 		return recv_post(srv, index);
 	}
-	if (conn) /* a reply or a window bind: one send fewer */
+	if (conn) /* a reply, a probe or a window bind: one send fewer */
 		conn->sending--;
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) /* its buffer was read */
-		reply_buffer_put(srv, wc->wr_id);
+		reply_buffer_put(srv, conn, wc->wr_id);
 	return 0;
 }
 
@@ -542,8 +551,10 @@ static int cm_handle(struct server *srv)
 		err = on_connect_request(srv, id);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED: /* its RTU */
+		conn->established = true;
 		if (!conn->closing)
-			printf("connect qp=0x%" PRIx32 "\n", conn->qp_num);
+			say(&srv->out, "connect qp=0x%" PRIx32 "\n",
+			    conn->qp_num);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or our own */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
@@ -553,11 +564,8 @@ static int cm_handle(struct server *srv)
 		if (conn)
 			conn_close(srv, conn);
 		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		errorf("the RDMA device went away");
-		return -ENODEV;
 	default:
-		break; /* e.g. TIMEWAIT_EXIT: nothing left to do */
+		err = cm_other(type); /* TIMEWAIT_EXIT, DEVICE_REMOVAL... */
 	}
 	return err < 0 ? err : 1;
 }
@@ -575,6 +583,8 @@ static int async_handle(struct server *srv)
 		return errno == EAGAIN ? 0 : fail("ibv_get_async_event", errno);
 	if (event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
 		conn = conn_find(srv, event.element.qp->qp_num);
+		if (conn && !conn->closing) /* it broke: a bad write, say */
+			conn_drop(srv, conn, "qp_error");
 		if (conn)
 			conn->last_wqe = true;
 	} else {
@@ -609,7 +619,7 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 
 	if (conn->slice.len)
 		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
-	destroy_print(conn, now);
+	destroy_print(srv, conn, now);
 	srv->nconns--;
 	srv->nclosing--;
 	rdma_destroy_qp(conn->id);
@@ -619,19 +629,15 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	return err;
 }
 
-/* Destroy quiet QPs as the verbs ask for one on an SRQ: error state,
- * LAST_WQE_REACHED, the CQ drained of its last completions, destroy.  Too
- * soon, those are lost (mlx5 deletes them), or late for a reused QP number. */
+/* Destroy each quiet QP as the verbs ask for one on an SRQ: error state,
+ * LAST_WQE_REACHED, the CQ drained of its last completions (a destroy would
+ * lose them: mlx5 deletes them), destroy. */
 static int conns_reap(struct server *srv)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
-	bool any = false;
-	int n, err = 0;
+	int n = srv->nclosing ? cq_drain(srv) : 0, err = 0; /* the last first */
 
-	for (conn = srv->conns; conn; conn = conn->next)
-		any = any || conn_quiet(conn, now);
-	n = any ? cq_drain(srv) : 0; /* their last completions first */
 	if (n < 0)
 		return n;
 	while ((conn = *link)) {
@@ -645,12 +651,20 @@ static int conns_reap(struct server *srv)
 	return err;
 }
 
-/* Drain the CQ, re-arm it, drain once more (what came before the re-arm
- * raised no event).  Busy, it polls on a while first (spin_on()). */
-static int cq_spin(struct server *srv)
+/* The armed CQ got a completion (woken), or spin_on() polls on: get the
+ * event (a read() of the channel), ack it (ibv_destroy_cq() waits for the
+ * acks), drain the CQ, re-arm it, drain again: the re-arm missed those. */
+static int cq_event(struct server *srv, bool woken)
 {
-	int n = cq_drain(srv), ret;
+	struct ibv_cq *cq;
+	void *cq_context;
+	int n, ret;
 
+	if (woken && ibv_get_cq_event(srv->comp, &cq, &cq_context))
+		return fail("ibv_get_cq_event", errno);
+	if (woken)
+		ibv_ack_cq_events(cq, 1);
+	n = cq_drain(srv);
 	if (n < 0 || spin_on(srv, n))
 		return n < 0 ? n : 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
@@ -661,23 +675,8 @@ static int cq_spin(struct server *srv)
 	return n < 0 ? n : 0;
 }
 
-/* The armed CQ got a completion: get the event (a read() of the channel),
- * acknowledge it (a counter that ibv_destroy_cq() waits on), poll the CQ. */
-static int cq_event(struct server *srv)
-{
-	struct ibv_cq *cq;
-	void *cq_context;
-
-	if (ibv_get_cq_event(srv->comp, &cq, &cq_context))
-		return fail("ibv_get_cq_event", errno);
-	ibv_ack_cq_events(cq, 1);
-	return cq_spin(srv);
-}
-
-#define REAP_MS 100 /* how often to look at closing connections */
-
-/* Sleep until a CM, CQ or async event or a signal (REAP_MS while QPs are
- * closing; not while cq_spin() polls; no device fd before a client). */
+/* Sleep in poll() until a CM, CQ or async event or a signal, or the next
+ * deadline (poll_timeout()); no device fd before the first client. */
 static int serve(struct server *srv)
 {
 	enum { CM, SIG, CQ, ASYNC };
@@ -687,33 +686,34 @@ static int serve(struct server *srv)
 		[CQ] = { .fd = -1, .events = POLLIN },
 		[ASYNC] = { .fd = -1, .events = POLLIN },
 	};
-	int signo = 0, timeout, err;
+	int signo = 0, err;
 
 	while (!signo) {
-		timeout = srv->spinning ? 0 : srv->nclosing ? REAP_MS : -1;
 		fds[CQ].fd = srv->comp ? srv->comp->fd : -1;
 		fds[ASYNC].fd = srv->verbs ? srv->verbs->async_fd : -1;
-		if (poll(fds, 4, timeout) < 0) {
+		if (poll(fds, 4, poll_timeout(srv)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return fail("poll", errno);
 		}
 		err = fds[CM].revents ? cm_handle(srv) : 0;
-		if (err >= 0 && fds[ASYNC].revents)
-			err = async_handle(srv);
-		if (err >= 0 && fds[CQ].revents)
-			err = cq_event(srv);
-		else if (err >= 0 && srv->spinning)
-			err = cq_spin(srv);
-		if (err >= 0)
-			err = conns_reap(srv);
+		if (err < 0)
+			return err;
+		err = fds[ASYNC].revents ? async_handle(srv) : 0;
+		if (err < 0)
+			return err;
+		if (fds[CQ].revents || srv->spinning)
+			err = cq_event(srv, fds[CQ].revents);
+		if (err < 0)
+			return err;
+		err = conns_reap(srv);
 		if (err < 0)
 			return err;
 		if (fds[SIG].revents)
 			signo = signal_take(srv);
 	}
 	srv->stopped_by = signo;
-	return 0;
+	return signo == SIGPIPE ? -EPIPE : 0; /* stdout's reader gone */
 }
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
@@ -726,7 +726,7 @@ int main(int argc, char **argv)
 	err = parse_options(argc, argv, &srv.opt);
 	if (err || srv.opt.help)
 		goto out;
-	err = devices_check();
+	err = devices_fit(&srv);
 	if (err)
 		goto out;
 	err = pool_init(&srv.pool, srv.opt.pool_size);
@@ -765,6 +765,10 @@ out:
 /* Connections at once (--max-conns): it sizes the CQ, see cq_open(). */
 #define DEFAULT_MAX_CONNS 64
 #define MAX_MAX_CONNS 1024
+/* The deadlines of conns_watch(), in ms. */
+#define DEFAULT_HANDSHAKE_MS 5000
+#define DEFAULT_KEEPALIVE_MS 10000
+#define MAX_DEADLINE_MS 600000
 /* Hybrid polling (--busy-poll-us), see spin_on(). */
 #define DEFAULT_BUSY_POLL_US 200
 #define MAX_BUSY_POLL_US 1000000
@@ -781,12 +785,19 @@ static void usage(FILE *out)
 		"      --isolation MODE   none: every client gets the pool's\n"
 		"                         rkey (default); mw: a memory window\n"
 		"                         over its own slice only\n"
+		"      --handshake-timeout-ms MS\n"
+		"                         close a connection not established\n"
+		"                         that long after its accept (default %d)\n"
+		"      --keepalive-ms MS  probe a connection quiet that long, and\n"
+		"                         close it if the probe is not answered\n"
+		"                         as long again; 0: never (default %d)\n"
 		"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
 		"                         to N us between completions before\n"
 		"                         sleeping again; 0: never (default %d)\n"
 		"  -h, --help             show this text\n",
 		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
+		DEFAULT_HANDSHAKE_MS, DEFAULT_KEEPALIVE_MS,
 		DEFAULT_BUSY_POLL_US);
 }
 
@@ -800,12 +811,16 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "srq-depth", required_argument, NULL, 'S' },
 		{ "max-conns", required_argument, NULL, 'C' },
 		{ "isolation", required_argument, NULL, 'I' },
+		{ "handshake-timeout-ms", required_argument, NULL, 'T' },
+		{ "keepalive-ms", required_argument, NULL, 'K' },
 		{ "busy-poll-us", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t port = DEFAULT_PORT, size = DEFAULT_POOL_SIZE;
 	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
+	uint64_t handshake_ms = DEFAULT_HANDSHAKE_MS;
+	uint64_t keepalive_ms = DEFAULT_KEEPALIVE_MS;
 	uint64_t busy_poll_us = DEFAULT_BUSY_POLL_US;
 	int c, err = 0;
 
@@ -842,6 +857,14 @@ static int parse_options(int argc, char **argv, struct options *opt)
 				err = -EINVAL;
 			}
 			break;
+		case 'T':
+			err = parse_number("handshake timeout", optarg, 1,
+					   MAX_DEADLINE_MS, &handshake_ms);
+			break;
+		case 'K':
+			err = parse_number("keepalive time", optarg, 0,
+					   MAX_DEADLINE_MS, &keepalive_ms);
+			break;
 		case 'B':
 			err = parse_number("busy-poll time", optarg, 0,
 					   MAX_BUSY_POLL_US, &busy_poll_us);
@@ -863,6 +886,8 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	opt->pool_size = (uint32_t)size;
 	opt->srq_depth = (uint32_t)srq_depth;
 	opt->max_conns = (uint32_t)max_conns;
+	opt->handshake_ms = (uint32_t)handshake_ms;
+	opt->keepalive_ms = (uint32_t)keepalive_ms;
 	opt->busy_poll_us = (uint32_t)busy_poll_us;
 	return err;
 }
@@ -873,12 +898,16 @@ static int parse_options(int argc, char **argv, struct options *opt)
  * Signals arrive as readable data on a file descriptor instead of
  * interrupting the program: the loop checks it like any other source of
  * work, and no global flag is needed.  SIGINT and SIGTERM stop the server,
- * SIGUSR1 asks for its counters.
+ * SIGUSR1 asks for its counters.  SIGPIPE, which would end the server
+ * without its teardown when its stdout's reader goes away, is ignored:
+ * say() sees EPIPE instead, and signal_take() stops the server.
  */
 static int signals_open(struct server *srv)
 {
 	sigset_t mask;
 
+	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+		return fail("signal(SIGPIPE)", errno);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
@@ -896,16 +925,17 @@ static int signals_open(struct server *srv)
  * it: 0 connections, 0 closing, 0 chunks, every receive posted and every
  * reply buffer free; anything else was lost.
  */
-static void stats_print(const struct server *srv, const char *what)
+static void stats_print(struct server *srv, const char *what)
 {
 	uint32_t replies = srv->send_mr ? srv->opt.max_conns * SEND_DEPTH : 0;
 
-	printf("%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
-	       " closing=%u recvs_posted=%" PRIu32 "/%" PRIu32
-	       " replies_free=%" PRIu32 "/%" PRIu32 "\n",
-	       what, srv->nconns - srv->nclosing, srv->pool.used,
-	       srv->doorbells, srv->nclosing, srv->recvs_posted,
-	       srv->srq ? srv->opt.srq_depth : 0, srv->nsend_free, replies);
+	say(&srv->out,
+	    "%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
+	    " closing=%u recvs_posted=%" PRIu32 "/%" PRIu32
+	    " replies_free=%" PRIu32 "/%" PRIu32 "\n",
+	    what, srv->nconns - srv->nclosing, srv->pool.used, srv->doorbells,
+	    srv->nclosing, srv->recvs_posted, srv->srq ? srv->opt.srq_depth : 0,
+	    srv->nsend_free, replies);
 }
 
 /*
@@ -916,6 +946,10 @@ static int signal_take(struct server *srv)
 {
 	struct signalfd_siginfo info;
 
+	if (srv->out.closed) {
+		errorf("stdout's reader is gone (EPIPE): stopping");
+		return SIGPIPE;
+	}
 	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
 		return 0;
 	if (info.ssi_signo == SIGUSR1) {
@@ -926,7 +960,7 @@ static int signal_take(struct server *srv)
 }
 
 /* The last line: which signal, and what came back. */
-static void shutdown_print(const struct server *srv)
+static void shutdown_print(struct server *srv)
 {
 	char what[48];
 
@@ -949,9 +983,10 @@ static int listen_fail(struct server *srv, int err)
 
 /* Refuse a connect request; the reason goes to the client as private
  * data.  A failure here concerns that client alone: said, not passed up. */
-static void conn_reject(struct rdma_cm_id *id, const char *reason)
+static void conn_reject(struct server *srv, struct rdma_cm_id *id,
+			const char *reason)
 {
-	printf("reject reason=%s\n", reason);
+	say(&srv->out, "reject reason=%s\n", reason);
 	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
 		fail("rdma_reject", errno);
 	if (rdma_destroy_id(id))
@@ -959,38 +994,67 @@ static void conn_reject(struct rdma_cm_id *id, const char *reason)
 }
 
 /* The grant or denial on_request() sends. */
-static void reply_print(const struct conn *conn, const struct ctrl_msg *reply,
-			uint32_t asked)
+static void reply_print(struct server *srv, const struct conn *conn,
+			const struct ctrl_msg *reply, uint32_t asked)
 {
 	if (reply->status)
-		printf("deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
-		       conn->qp_num, asked, errno_name((int)reply->status));
+		say(&srv->out,
+		    "deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
+		    conn->qp_num, asked, errno_name((int)reply->status));
 	else
-		printf("grant qp=0x%" PRIx32 " addr=0x%" PRIx64
-		       " rkey=0x%" PRIx32 " size=%" PRIu32 "\n",
-		       conn->qp_num, reply->addr, reply->rkey, reply->size);
+		say(&srv->out,
+		    "grant qp=0x%" PRIx32 " addr=0x%" PRIx64 " rkey=0x%" PRIx32
+		    " size=%" PRIu32 "\n",
+		    conn->qp_num, reply->addr, reply->rkey, reply->size);
 }
 
-/* A doorbell's slot holds what it should not: ordering or data broke. */
-static void mismatch_say(const struct conn *conn, uint32_t seq, uint32_t value)
+/* A doorbell's verdict (slot_check()): its slot holds seq, ok; or seq plus
+ * a multiple of the slots, lapped; or anything else: ordering or data
+ * broke, and stderr says so too. */
+static void doorbell_print(struct server *srv, const struct conn *conn,
+			   uint32_t seq, uint32_t value)
 {
-	errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32 " found %" PRIu32
-	       " in its slot%s",
-	       conn->qp_num, seq, value,
-	       conn->slice.len ? "" : " (it holds no slice)");
+	uint32_t slots = conn->slice.len / sizeof(uint32_t);
+	enum slot_verdict verdict = slot_check(seq, value, slots);
+
+	say(&srv->out,
+	    "doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32 " %s\n",
+	    conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict == SLOT_MISMATCH)
+		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
+		       " found %" PRIu32 " in its slot%s",
+		       conn->qp_num, seq, value,
+		       slots ? "" : " (it holds no slice)");
 }
+
+/* The CM's other events: nothing to do, or no device any more. */
+static int cm_other(enum rdma_cm_event_type type)
+{
+	if (type != RDMA_CM_EVENT_DEVICE_REMOVAL)
+		return 0;
+	errorf("the RDMA device went away");
+	return -ENODEV;
+}
+
+static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey);
 
 /*
- * A work request failed, and its QP is now in the error state: end the
- * connection.  Only wr_id, status and qp_num are set (not opcode).  A
- * flush (IBV_WC_WR_FLUSH_ERR) is only the echo of an error state reported
- * before, or of a close.  A completion of no connection of ours is said.
+ * A completion the server cannot take as it comes.  A work request failed,
+ * and its QP is now in the error state: end the connection.  Only wr_id,
+ * status and qp_num are set (not opcode).  A flush (IBV_WC_WR_FLUSH_ERR)
+ * is only the echo of an error state reported before, or of a close.  A
+ * receive that carried an invalidation: on_invalidate().  A completion of
+ * no connection of ours is said.
  */
-static void on_failure(struct server *srv, struct conn *conn,
+static void on_trouble(struct server *srv, struct conn *conn,
 		       const struct ibv_wc *wc)
 {
 	const char *what = "reply";
 
+	if (conn && wc->status == IBV_WC_SUCCESS) {
+		on_invalidate(srv, conn, wc->invalidated_rkey);
+		return;
+	}
 	if (!conn) {
 		errorf("a completion for qp=0x%" PRIx32 ", which is no "
 		       "connection of ours",
@@ -1001,9 +1065,13 @@ static void on_failure(struct server *srv, struct conn *conn,
 		what = "receive";
 	else if (WRID_KIND(wc->wr_id) == WRID_BIND)
 		what = "window bind";
+	else if (WRID_KIND(wc->wr_id) == WRID_PROBE)
+		what = "keepalive probe";
 	if (wc->status != IBV_WC_WR_FLUSH_ERR)
 		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
 		       wc_status_name(wc->status));
+	if (WRID_KIND(wc->wr_id) == WRID_PROBE)
+		conn_drop(srv, conn, "qp_error");
 	conn_close(srv, conn);
 }
 
@@ -1018,8 +1086,8 @@ static int async_other(struct server *srv, const struct ibv_async_event *event)
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
-		printf("async event=%s qp=0x%" PRIx32 "\n", name,
-		       event->element.qp->qp_num);
+		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
+		    event->element.qp->qp_num);
 		conn = conn_find(srv, event->element.qp->qp_num);
 		if (conn)
 			conn_close(srv, conn);
@@ -1027,50 +1095,140 @@ static int async_other(struct server *srv, const struct ibv_async_event *event)
 	case IBV_EVENT_CQ_ERR:
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_DEVICE_FATAL:
-		printf("async event=%s\n", name);
+		say(&srv->out, "async event=%s\n", name);
 		errorf("%s: completions can no longer be trusted: stopping",
 		       name);
 		return -EIO;
 	default:
-		printf("async event=%s\n", name);
+		say(&srv->out, "async event=%s\n", name);
 		return 1;
 	}
 }
 
-/* A QP is gone, its slice back; what ended the wait (conn_quiet()).  A
- * send still outstanding: a device that flushes nothing (never seen); its
- * completion, if it ever comes, will find no connection. */
-static void destroy_print(const struct conn *conn, double now)
+/*
+ * conn_quiet() gave up waiting for a send: a device that flushes nothing
+ * (never seen).  Destroying the QP takes its sends with it: they are
+ * counted, and nothing of theirs is waited for any more.  Their
+ * completions, should one come after all, find no connection: conn_find()
+ * looks for a QP number, and rxe gives a number again only after about a
+ * million QPs (docs/design.md).
+ */
+static void sends_abandon(struct server *srv, struct conn *conn)
+{
+	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
+
+	for (uint32_t i = 0; i < count; i++) /* their reply buffers back */
+		reply_buffer_put(srv, conn, WRID_SEND | i);
+	srv->sends_abandoned += conn->sending;
+	errorf("qp=0x%" PRIx32 ": %u sends still outstanding after %d ms: "
+	       "destroying it anyway",
+	       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
+}
+
+/* A QP is gone, its slice back; what ended the wait (conn_quiet()). */
+static void destroy_print(struct server *srv, struct conn *conn, double now)
 {
 	if (conn->sending)
-		errorf("qp=0x%" PRIx32 ": %u sends still outstanding after "
-		       "%d ms: destroying it anyway",
-		       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
-	printf("destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s freed=%zu\n",
-	       conn->qp_num, (now - conn->closed_at) * 1000,
-	       conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
+		sends_abandon(srv, conn);
+	say(&srv->out,
+	    "destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s freed=%zu\n",
+	    conn->qp_num, (now - conn->closed_at) * 1000,
+	    conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
 }
 
 /* ---- limits and tuning -------------------------------------------------- */
 
-/* --isolation mw needs type 2 memory windows: not every device has them. */
-static int device_check(struct server *srv)
+/*
+ * Whether a device can take this server's settings: an SRQ of --srq-depth,
+ * a CQ for it and --max-conns send queues (cq_open()), a QP per connection
+ * and, for --isolation mw, type 2 windows and a region per slice.  Says
+ * which limit a setting passes (the device's attribute, ibv_query_device(3)),
+ * if say_why.
+ */
+static bool device_fits(struct server *srv, struct ibv_context *verbs,
+			bool say_why)
 {
+	uint64_t cqe =
+		srv->opt.srq_depth + (uint64_t)srv->opt.max_conns * SQ_DEPTH;
+	const char *name = ibv_get_device_name(verbs->device);
 	struct ibv_device_attr attr;
-	int ret;
+	int ret = ibv_query_device(verbs, &attr);
 
-	if (!srv->opt.isolation)
-		return 0;
-	ret = ibv_query_device(srv->verbs, &attr);
-	if (ret)
-		return fail("ibv_query_device", ret);
-	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-				       IBV_DEVICE_MEM_WINDOW_TYPE_2B))) {
-		errorf("--isolation mw: %s has no type 2 memory windows",
-		       ibv_get_device_name(srv->verbs->device));
-		return -EOPNOTSUPP;
+	if (ret) {
+		fail("ibv_query_device", ret);
+		return false;
 	}
-	return 0;
+	if (srv->opt.srq_depth > (uint32_t)attr.max_srq_wr) {
+		if (say_why)
+			errorf("--srq-depth %" PRIu32 ": %s allows %d receives "
+			       "on an SRQ (max_srq_wr)",
+			       srv->opt.srq_depth, name, attr.max_srq_wr);
+		return false;
+	}
+	if (cqe > (uint64_t)attr.max_cqe) {
+		if (say_why)
+			errorf("--srq-depth %" PRIu32
+			       " and --max-conns %" PRIu32
+			       " need a CQ of %" PRIu64 " entries: %s allows "
+			       "%d (max_cqe)",
+			       srv->opt.srq_depth, srv->opt.max_conns, cqe,
+			       name, attr.max_cqe);
+		return false;
+	}
+	if (srv->opt.max_conns > (uint32_t)attr.max_qp) {
+		if (say_why)
+			errorf("--max-conns %" PRIu32 ": %s allows %d QPs "
+			       "(max_qp)",
+			       srv->opt.max_conns, name, attr.max_qp);
+		return false;
+	}
+	if (!srv->opt.isolation)
+		return true;
+	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+				       IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
+	    srv->opt.max_conns > (uint32_t)attr.max_mw ||
+	    srv->opt.max_conns + 2 > (uint32_t)attr.max_mr) {
+		if (say_why)
+			errorf("--isolation mw: %s has no type 2 memory "
+			       "windows, or fewer than --max-conns %" PRIu32
+			       " (max_mw %d, max_mr %d)",
+			       name, srv->opt.max_conns, attr.max_mw,
+			       attr.max_mr);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * At start: an RDMA device at all (devices_check()), and one at least that
+ * can take the settings; a setting none can take is refused now, by name,
+ * not at the first client.  A device that cannot, when another can, is
+ * named, and a client that comes through it refused (conn_refusal()).
+ */
+static int devices_fit(struct server *srv)
+{
+	struct ibv_device **list;
+	int n, fits = 0, err = devices_check();
+
+	if (err)
+		return err;
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return fail("ibv_get_device_list", errno);
+	for (int i = 0; i < n; i++) {
+		struct ibv_context *verbs = ibv_open_device(list[i]);
+
+		if (!verbs) {
+			fail("ibv_open_device", errno);
+			continue;
+		}
+		fits += device_fits(srv, verbs, true);
+		err = undo(err, "ibv_close_device", ibv_close_device(verbs));
+	}
+	ibv_free_device_list(list);
+	if (err)
+		return err;
+	return fits ? 0 : -EINVAL;
 }
 
 /*
@@ -1126,9 +1284,10 @@ static unsigned int conns_sending(const struct server *srv)
 }
 
 /*
- * Why a connect request must be refused, or NULL: it came through another
- * device than the first (a listener on 0.0.0.0 may hear several), or the
- * server is full.  At the limit, drain the CQ first: a flushed send may
+ * Why a connect request must be refused, or NULL: it came through a device
+ * that cannot take the settings (devices_fit()), or another device than
+ * the first (a listener on 0.0.0.0 may hear several), or the server is
+ * full.  At the limit, drain the CQ first: a flushed send may
  * have freed a place.  *err is set if that drain failed.
  */
 static const char *conn_refusal(struct server *srv, struct rdma_cm_id *id,
@@ -1136,6 +1295,10 @@ static const char *conn_refusal(struct server *srv, struct rdma_cm_id *id,
 {
 	int n = 0;
 
+	if (!srv->verbs && !device_fits(srv, id->verbs, false))
+		return "device-limits";
+	if (!srv->verbs)
+		return NULL;
 	if (id->verbs != srv->verbs)
 		return "other-device";
 	if (conns_sending(srv) >= srv->opt.max_conns)
@@ -1169,9 +1332,94 @@ static bool replies_full(struct server *srv, struct conn *conn)
 	return true;
 }
 
+/* ---- deadlines: no peer holds a place it does not use ------------------ */
+
+/* The server ends a connection itself, and says why. */
+static void conn_drop(struct server *srv, struct conn *conn, const char *reason)
+{
+	if (conn->closing)
+		return;
+	say(&srv->out, "close qp=0x%" PRIx32 " reason=%s\n", conn->qp_num,
+	    reason);
+	conn_close(srv, conn);
+}
+
+/*
+ * A keepalive probe: an RDMA WRITE of no bytes.  The peer's NIC (or
+ * kernel) acknowledges it without its program, its memory or a receive:
+ * a zero-length RDMA operation carries no key to check (the IB spec's
+ * C9-88, as rxe's check_rkey() has it), and the connection manager gives
+ * every connected QP remote write access (the kernel's cm.c,
+ * cm_init_qp_init_attr()).  Signaled, like every send of ours.
+ */
+static void probe_send(struct server *srv, struct conn *conn, double now)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_PROBE,
+		.opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	int ret = ibv_post_send(conn->id->qp, &wr, &bad);
+
+	if (ret) {
+		fail("ibv_post_send(keepalive probe)", ret);
+		conn_drop(srv, conn, "qp_error");
+		return;
+	}
+	conn->sending++;
+	conn->probing = true;
+	conn->probed_at = now;
+}
+
+/*
+ * Every connection's deadlines, each time round the loop.  One not
+ * ESTABLISHED --handshake-timeout-ms after its accept (its peer never sent
+ * the RTU; the CM would resend its REP for a minute or more) is closed.
+ * An established one gets a probe every --keepalive-ms: a client that only
+ * writes is quiet to the server program, which is no reason to close it,
+ * but RC has no keepalive of its own, and a peer that vanished without a
+ * disconnect (its machine died, its cable was pulled) would hold its place
+ * for ever.  The probe is answered once nothing is outstanding on the send
+ * queue (sends complete in order); one still outstanding --keepalive-ms
+ * later closes the connection: the peer is gone, or it leaves our replies
+ * unreceived.  The cost: a look at each connection per loop, and a packet
+ * and its acknowledgement per connection every --keepalive-ms.  Returns the
+ * ms until the next deadline, or -1 if there is none.
+ */
+static int conns_watch(struct server *srv)
+{
+	double now = now_seconds(), next = -1, due;
+	double keepalive = srv->opt.keepalive_ms / 1e3;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
+		if (conn->probing && !conn->sending)
+			conn->probing = false; /* answered */
+		if (conn->closing || (conn->established && !keepalive))
+			continue;
+		if (!conn->established) {
+			due = conn->accepted_at + srv->opt.handshake_ms / 1e3;
+			if (now >= due)
+				conn_drop(srv, conn, "handshake_timeout");
+		} else {
+			due = (conn->probed_at ? conn->probed_at
+					       : conn->accepted_at) +
+			      keepalive;
+			if (now >= due && conn->probing)
+				conn_drop(srv, conn, "peer_silent");
+			else if (now >= due)
+				probe_send(srv, conn, now);
+			if (now >= due)
+				due = now + keepalive;
+		}
+		if (!conn->closing && (next < 0 || due < next))
+			next = due;
+	}
+	return next < 0 ? -1 : (int)((next - now) * 1e3) + 1;
+}
+
 /*
  * Hybrid polling: after a wake-up, keep polling the CQ unarmed, serve()
- * calling cq_spin() again at once, until no completion has come for
+ * calling cq_event() again at once, until no completion has come for
  * --busy-poll-us.  The budget must outlast the gap between one client's
  * doorbells, a round trip when it waits for each (40 to 100 us on
  * Soft-RoCE in the VM), or the server falls asleep between them and gains
@@ -1181,11 +1429,27 @@ static bool spin_on(struct server *srv, int completions)
 {
 	double now = now_seconds();
 
-	if (completions > 0)
+	if (completions > 0 || !srv->spinning)
 		srv->last_completion = now;
 	srv->spinning =
 		(now - srv->last_completion) * 1e6 < srv->opt.busy_poll_us;
 	return srv->spinning;
+}
+
+#define REAP_MS 100 /* how often to look at closing connections */
+
+/* How long poll() may sleep: not at all while spin_on() polls; till the
+ * next deadline (conns_watch(), which acts on those due); REAP_MS while
+ * QPs are closing; else until there is news. */
+static int poll_timeout(struct server *srv)
+{
+	int due = conns_watch(srv);
+
+	if (srv->spinning)
+		return 0;
+	if (srv->nclosing && (due < 0 || due > REAP_MS))
+		return REAP_MS;
+	return due;
 }
 
 /* ---- the end of all connections ----------------------------------------- */
@@ -1213,6 +1477,13 @@ static int conns_close_all(struct server *srv)
 	}
 	if (srv->stopped_by)
 		shutdown_print(srv);
+	if (srv->out.dropped)
+		errorf("%" PRIu64 " lines of output dropped: stdout was not "
+		       "read fast enough",
+		       srv->out.dropped);
+	if (srv->sends_abandoned)
+		errorf("%" PRIu64 " sends abandoned with their QPs",
+		       srv->sends_abandoned);
 	return ret < 0 ? ret : 0;
 }
 
@@ -1222,6 +1493,7 @@ static int verbs_close(struct server *srv, int err)
 	if (srv->send_mr)
 		err = undo(err, "ibv_dereg_mr(reply buffers)",
 			   ibv_dereg_mr(srv->send_mr));
+	free(srv->send_owner);
 	free(srv->send_free);
 	free(srv->send_bufs);
 	if (srv->cq)
@@ -1256,26 +1528,53 @@ static int verbs_close(struct server *srv, int err)
 struct window {
 	struct ibv_mw *mw;
 	struct ibv_mr *mr; /* the slice's own region, under the window */
+	uint32_t rkey;	   /* the key handed out */
 };
 
 /* The pool is not registered as a whole: no key to all of it exists to
  * be printed, leaked or guessed. */
 static int windows_pool(struct server *srv)
 {
-	printf("pool addr=0x%" PRIxPTR " size=%" PRIu32 " rkey=none\n",
-	       (uintptr_t)srv->pool_mem, srv->opt.pool_size);
+	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%" PRIu32 " rkey=none\n",
+	    (uintptr_t)srv->pool_mem, srv->opt.pool_size);
 	return 0;
 }
 
 /*
- * Bind a window over the slice just granted (and zeroed), and hand out its
- * rkey in *rkey.  ibv_inc_rkey() gives the key a fresh low byte, so no
- * earlier key of this window can match.  The bind goes on the client's send
- * queue before the reply that carries the key: work requests on one send
- * queue run in order, so the window works before the client can know its
- * key (ibv_bind_mw(3)).  The bind is signaled like every send, so that
- * conn->sending counts all that can still complete; SQ_DEPTH keeps it a
- * send queue entry.
+ * Bind the window over the connection's slice, with the key rkey, by a work
+ * request on the client's send queue.  Work requests on one send queue run
+ * in order, so the window works before a reply posted after it can tell
+ * the client its key (ibv_bind_mw(3)).  The bind is signaled like every
+ * send, so that conn->sending counts all that can still complete; SQ_DEPTH
+ * keeps it a send queue entry.
+ */
+static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_BIND,
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
+		.bind_mw.mw = conn->window->mw,
+		.bind_mw.rkey = rkey,
+		.bind_mw.bind_info.mr = conn->window->mr,
+		.bind_mw.bind_info.addr =
+			(uintptr_t)(srv->pool_mem + conn->slice.off),
+		.bind_mw.bind_info.length = conn->slice.len,
+		.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE,
+	}, *bad;
+	int ret = ibv_post_send(conn->id->qp, &wr, &bad);
+
+	if (ret)
+		return fail("ibv_post_send(bind window)", ret);
+	conn->sending++;
+	conn->window->rkey = rkey;
+	return 0;
+}
+
+/*
+ * A window over the slice just granted (and zeroed), and its rkey in *rkey.
+ * ibv_inc_rkey() gives the key a fresh low byte, so no earlier key of this
+ * window can match.
  *
  * The window sits on a region registered for this slice alone, the only pin
  * of these pages.  By the verbs, an access through a window is checked
@@ -1292,14 +1591,6 @@ static int windows_pool(struct server *srv)
 static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
 	uint8_t *slice = srv->pool_mem + conn->slice.off;
-	struct ibv_send_wr wr = {
-		.wr_id = WRID_BIND,
-		.opcode = IBV_WR_BIND_MW,
-		.send_flags = IBV_SEND_SIGNALED,
-		.bind_mw.bind_info.addr = (uintptr_t)slice,
-		.bind_mw.bind_info.length = conn->slice.len,
-		.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE,
-	}, *bad;
 	struct window *win;
 	int err;
 
@@ -1321,29 +1612,52 @@ static int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
 		err = fail("ibv_reg_mr(slice)", errno);
 		goto out_dealloc_mw;
 	}
-	wr.bind_mw.mw = win->mw;
-	wr.bind_mw.rkey = ibv_inc_rkey(win->mw->rkey);
-	wr.bind_mw.bind_info.mr = win->mr;
-	err = ibv_post_send(conn->id->qp, &wr, &bad);
-	if (err) {
-		err = fail("ibv_post_send(bind window)", err);
-		goto out_dereg;
-	}
-	conn->sending++;
 	conn->window = win;
-	*rkey = wr.bind_mw.rkey;
+	err = window_post(srv, conn, ibv_inc_rkey(win->mw->rkey));
+	if (err)
+		goto out_dereg;
+	*rkey = win->rkey;
 	return 0;
 
 out_dereg:
-	undo(0, "ibv_dereg_mr(slice)", ibv_dereg_mr(win->mr));
+	conn->window = NULL;
+	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(win->mr));
 out_dealloc_mw:
-	undo(0, "ibv_dealloc_mw", ibv_dealloc_mw(win->mw));
+	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(win->mw));
 out_free_window:
 	free(win);
 out_free_slice:
 	pool_free(&srv->pool, conn->slice.off, conn->slice.len);
 	conn->slice = (struct slice){ 0 };
 	return err;
+}
+
+/*
+ * A SEND WITH INVALIDATE came from conn: its sender asked our NIC to revoke
+ * the key rkey.  The protocol never sends one, so the sender is closed.  A
+ * type 2 window works only through the QP it was bound on, but rxe lets
+ * any QP invalidate it: rxe_check_invalidate_mw() (rxe_mw.c) checks the
+ * window's state and type, not its QP, where rxe_lookup_mw() checks the QP
+ * for every access.  So a client that guessed its neighbour's key has just
+ * revoked it.  The neighbour's window is bound again at once, with the same
+ * key: a write of the neighbour's that came in between has failed, and
+ * broke its connection (the device decides that, not us); every later one
+ * lands.  A device that checks the QP refuses the invalidation itself.
+ */
+static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey)
+{
+	struct conn *victim = srv->conns;
+
+	conn_drop(srv, conn, "invalidate");
+	while (victim && !(victim->window && victim->window->rkey == rkey))
+		victim = victim->next;
+	if (!victim || victim == conn || victim->closing)
+		return;
+	if (window_post(srv, victim, rkey))
+		conn_drop(srv, victim, "window_lost");
+	else
+		say(&srv->out, "rebind qp=0x%" PRIx32 " rkey=0x%" PRIx32 "\n",
+		    victim->qp_num, rkey);
 }
 
 /*

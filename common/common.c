@@ -6,12 +6,14 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- the control message ------------------------------------------------ */
 
@@ -279,6 +281,40 @@ const char *async_event_name(enum ibv_event_type type)
 	if ((size_t)type < sizeof(names) / sizeof(names[0]) && names[type])
 		return names[type];
 	return "IBV_EVENT_(unknown)";
+}
+
+/* ---- reports that never block ------------------------------------------- */
+
+#define SAY_LINE_MAX 512 /* a report line is far shorter */
+
+/*
+ * poll() says whether stdout takes more now: a pipe with room for a line
+ * (a line of at most PIPE_BUF bytes goes in whole), a file, a terminal that
+ * is not stopped.  If not, the line is dropped, not waited for.  A pipe
+ * whose reader has gone polls as an error, and write() then fails with
+ * EPIPE (the servers ignore SIGPIPE, which would otherwise end them).
+ */
+void say(struct outlet *out, const char *fmt, ...)
+{
+	struct pollfd pfd = { .fd = STDOUT_FILENO, .events = POLLOUT };
+	char line[SAY_LINE_MAX];
+	va_list ap;
+	int len;
+
+	va_start(ap, fmt);
+	len = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (len >= (int)sizeof(line))
+		len = sizeof(line) - 1;
+	if (len < 0 || poll(&pfd, 1, 0) != 1 ||
+	    !(pfd.revents & (POLLOUT | POLLERR))) {
+		out->dropped++;
+		return;
+	}
+	if (write(STDOUT_FILENO, line, (size_t)len) != len) {
+		out->closed = out->closed || errno == EPIPE;
+		out->dropped++;
+	}
 }
 
 /* ---- small utilities ---------------------------------------------------- */

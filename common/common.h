@@ -117,6 +117,22 @@ const char *slot_verdict_name(enum slot_verdict verdict);
 const char *wc_status_name(enum ibv_wc_status status);
 const char *async_event_name(enum ibv_event_type type);
 
+/* ---- reports that never block ------------------------------------------- */
+
+/*
+ * A server prints a line per doorbell; if whoever reads its stdout falls
+ * behind, a plain printf() would block the loop that serves every client.
+ * say() writes a line only if stdout can take it now, and counts the
+ * lines it drops; a reader gone (EPIPE) is noted, for the server to stop.
+ */
+struct outlet {
+	uint64_t dropped;
+	bool closed;
+};
+
+void say(struct outlet *out, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 /* ---- small utilities ---------------------------------------------------- */
 
 double now_seconds(void);

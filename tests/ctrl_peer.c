@@ -27,6 +27,7 @@
  *                     IMMEDIATE of no bytes, immediate SEQ, so that the
  *                     server reports what slot (SEQ-1) % slots holds
  *   sleep:MS          hold the connection that long
+ *   wait:PATH         hold it until the file PATH exists (10 s at most)
  *   blind:N           N REQ_ALLOCs of 4096 bytes, one after the other, with
  *                     no receive posted for the replies: they stay stuck in
  *                     the server's send queue
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <rdma/rdma_cma.h>
 
@@ -349,6 +351,20 @@ static int step_blind(struct peer *p, uint32_t n)
 	return err;
 }
 
+/* Until the test that runs us says go, by making the file path. */
+static int step_wait(const char *path)
+{
+	const struct timespec tick = { .tv_nsec = 10000000 };
+
+	for (int i = 0; i < TIMEOUT_MS / 10; i++) {
+		if (access(path, F_OK) == 0)
+			return 0;
+		nanosleep(&tick, NULL);
+	}
+	errorf("no %s within %d ms", path, TIMEOUT_MS);
+	return -ETIMEDOUT;
+}
+
 static int step_run(struct peer *p, const char *step)
 {
 	struct ctrl_msg msg = {
@@ -387,6 +403,8 @@ static int step_run(struct peer *p, const char *step)
 		return step_blind(p, (uint32_t)a);
 	if (strcmp(step, "kill") == 0)
 		return raise(SIGKILL);
+	if (strncmp(step, "wait:", 5) == 0)
+		return step_wait(step + 5);
 	if (sscanf(step, "sleep:%lli", &a) == 1) {
 		struct timespec ts = { (time_t)a / 1000,
 				       (long)(a % 1000) * 1000000 };

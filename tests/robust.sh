@@ -536,18 +536,21 @@ test_stuck_replies() {
 test_isolation() {
 	local s=$1 port=$2 mode=$3 t=$1/isolation_$3 owner want_write want_value pool addr
 	start_server "$s" "$port" --isolation "$mode" || { fail "$t" "server did not start"; return; }
-	# The owner takes the first slice, writes 4369 into its slot 0, waits
-	# while the others try their luck, then rings doorbell 1, which makes
-	# the server report what slot 0 holds, and last tries to read it back,
-	# which nothing in the pool allows.
-	peer_steps owner "$port" req:4096 write:0:4369 sleep:3000 ring:1 read:0 &
+	# The owner takes the first slice, writes 1025 into its slot 0, waits
+	# while the others try their luck, then rings doorbell 1025, which
+	# makes the server report what slot 0 (of 1024) holds, and last tries
+	# to read it back, which nothing in the pool allows.
+	rm -f "$work/go"
+	peer_steps owner "$port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0 &
 	owner=$!
 	wait_for "$work/owner.out" '^write off=0 status=' 20
 	# The intruder's slice comes right after it: its offset -4096 is the
-	# owner's slot 0.
-	peer_steps intruder "$port" req:4096 write:-4096:48879 || true
+	# owner's slot 0.  2049 is 1025 one lap later: a doorbell that finds it
+	# says "lapped", no error.
+	peer_steps intruder "$port" req:4096 write:-4096:2049 || true
 	# A 4-byte write whose last byte lies one past the end of the slice.
 	peer_steps overrun "$port" req:4096 write:4093:1 || true
+	touch "$work/go"
 	pool=$(sed -n 's/^pool .* rkey=\([0-9a-fx]*\|none\)$/\1/p' "$work/server.out")
 	if [ "$mode" = mw ] && [ "$pool" != none ]; then
 		# The owner's slot 0: where its grant (the first) begins.
@@ -557,9 +560,9 @@ test_isolation() {
 	wait "$owner" || true
 
 	if [ "$mode" = mw ]; then
-		want_write=IBV_WC_REM_ACCESS_ERR want_value=4369
+		want_write=IBV_WC_REM_ACCESS_ERR want_value='1025 ok'
 	else
-		want_write=IBV_WC_SUCCESS want_value=48879
+		want_write=IBV_WC_SUCCESS want_value='2049 lapped'
 	fi
 	expect_lines "$t/write_into_neighbour" "$work/intruder.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
@@ -572,16 +575,16 @@ test_isolation() {
 	expect_lines "$t/no_remote_read" "$work/owner.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
 		write off=0 status=IBV_WC_SUCCESS
-		ring seq=1 status=IBV_WC_SUCCESS
+		ring seq=1025 status=IBV_WC_SUCCESS
 		read off=0 value=0 status=IBV_WC_REM_ACCESS_ERR
 	EOF
-	# The server read slot 0 for doorbell 1: the intruder's value, or,
+	# The server read slot 0 for doorbell 1025: the intruder's value, or,
 	# under isolation, the owner's own.
 	owner=$(grep -m1 '^grant ' "$work/server.out" | cut -d' ' -f2)
-	if wait_for "$work/server.out" "^doorbell $owner seq=1 value=$want_value MISMATCH\$" 5; then
+	if wait_for "$work/server.out" "^doorbell $owner seq=1025 value=$want_value\$" 5; then
 		pass "$t/neighbour_sees"
 	else
-		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1 value=$want_value MISMATCH' line"
+		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1025 value=$want_value' line"
 	fi
 	if [ "$mode" = mw ] && [ "$pool" = none ]; then
 		pass "$t/pool_key_opens_nothing (the pool has no key)"

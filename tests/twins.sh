@@ -27,6 +27,7 @@ declare -A DESIGNED=(
 	[reply_send]="inline from the stack, or from a registered buffer (the second lesson)"
 	[on_completion]="a completed reply gives its buffer back, by wr_id"
 	[replies_full]="the event-driven server can also run out of reply buffers"
+	[sends_abandon]="... and gives an abandoned send's buffer back"
 	[serve]="the tick loop, or poll() on the descriptors"
 	[stats_print]="the event-driven server also counts its free reply buffers"
 	[usage]="the event-driven server has --busy-poll-us"
@@ -125,7 +126,7 @@ compare "$tick" "$ev" "$work/real"
 # The check checks itself: on_doorbell, shared and not designed to differ,
 # changed by one word in a copy, must be caught.
 if [ "$#" = 0 ]; then
-	sed 's/seq, value, slot_verdict_name(verdict)/seq, value + 0, slot_verdict_name(verdict)/' \
+	sed 's/srv->doorbells++;/srv->doorbells += 2;/' \
 		"$ev" >"$work/ev_changed.c"
 	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
 	if cmp -s "$ev" "$work/ev_changed.c"; then

@@ -7,9 +7,12 @@
  * "unit: N passed, N failed"; exits non-zero if any test failed.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
 
@@ -334,6 +337,43 @@ static void test_names(void)
 		      "IBV_EVENT_QP_LAST_WQE_REACHED") == 0);
 }
 
+/* ---- reports that never block ------------------------------------------- */
+
+/*
+ * say() into a pipe that nobody reads: once the pipe is full, lines are
+ * dropped and counted, and the call returns at once; once the reader is
+ * gone, it notes EPIPE (with SIGPIPE ignored, as the servers do).  A
+ * blocking write would hang this test: run it under a timeout.
+ */
+static void test_say_never_blocks(void)
+{
+	struct outlet out = { 0 };
+	int fds[2], saved = dup(STDOUT_FILENO);
+	char junk[4096] = { 0 };
+
+	fflush(stdout);
+	if (saved < 0 || pipe(fds)) {
+		EXPECT(!"pipe");
+		return;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	dup2(fds[1], STDOUT_FILENO);
+	fcntl(fds[1], F_SETFL, O_NONBLOCK);
+	while (write(fds[1], junk, sizeof(junk)) > 0) /* fill it */
+		;
+	fcntl(fds[1], F_SETFL, 0); /* blocking again, as stdout would be */
+	for (int i = 0; i < 100; i++)
+		say(&out, "doorbell %d\n", i);
+	EXPECT(out.dropped == 100 && !out.closed);
+	close(fds[0]); /* the reader goes away */
+	say(&out, "one more\n");
+	EXPECT(out.closed && out.dropped == 101);
+	dup2(saved, STDOUT_FILENO);
+	close(saved);
+	close(fds[1]);
+	signal(SIGPIPE, SIG_DFL);
+}
+
 /* ---- runner ------------------------------------------------------------- */
 
 static const struct {
@@ -355,6 +395,7 @@ static const struct {
 	{ "parse_u64", test_parse_u64 },
 	{ "parse_number", test_parse_number },
 	{ "names", test_names },
+	{ "say_never_blocks", test_say_never_blocks },
 };
 
 int main(void)
