@@ -85,8 +85,7 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected);
 static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int qp_fail(struct client *cl, int err);
-static int values_register(struct client *cl);
-static int rtt_open(struct client *cl);
+static int stream_options(struct client *cl);
 static int ack_timeout_set(struct client *cl);
 static int wc_failed(const struct ibv_wc *wc);
 static bool wait_over(double deadline);
@@ -202,7 +201,6 @@ static int verbs_open(struct client *cl)
 static int stream_open(struct client *cl)
 {
 	uint32_t k = cl->opt.every, w = cl->opt.window;
-	int err;
 
 	cl->wrs = calloc(k, sizeof(*cl->wrs));
 	cl->sges = calloc(k, sizeof(*cl->sges));
@@ -213,8 +211,7 @@ static int stream_open(struct client *cl)
 	for (uint32_t i = 0; i < w; i++)
 		cl->doorbells[i].values = cl->values + (size_t)i * k;
 	cl->send_flags = cl->opt.inline_data ? IBV_SEND_INLINE : 0;
-	err = values_register(cl); /* --no-inline only */
-	return err ? err : rtt_open(cl);
+	return stream_options(cl); /* --no-inline's values; statistics */
 }
 
 #define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */
@@ -565,19 +562,19 @@ static int parse_options(int argc, char **argv, struct options *opt)
 			err = -EINVAL;
 		}
 	}
-	if (!err && argc - optind != 2) {
+	if (err)
+		goto out_usage;
+	if (argc - optind != 2) {
 		errorf("want 2 arguments, <server_ip> <alloc_size_bytes>, got %d",
 		       argc - optind);
 		err = -EINVAL;
+		goto out_usage;
 	}
 	/* 0 is passed on: refusing it is the server's job (EINVAL). */
-	if (!err)
-		err = parse_number("allocation size", argv[optind + 1], 0,
-				   UINT32_MAX, &size);
-	if (err) {
-		usage(stderr);
-		return err;
-	}
+	err = parse_number("allocation size", argv[optind + 1], 0, UINT32_MAX,
+			   &size);
+	if (err)
+		goto out_usage;
 	opt->server = argv[optind];
 	opt->port = (uint16_t)port;
 	opt->writes = (uint32_t)writes;
@@ -585,6 +582,10 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	opt->window = (uint32_t)window;
 	opt->size = (uint32_t)size;
 	return 0;
+
+out_usage:
+	usage(stderr);
+	return err;
 }
 
 /* ---- connection troubles ------------------------------------------------ */
@@ -836,6 +837,16 @@ static int rtt_open(struct client *cl)
 		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
 	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
 	return cl->rtts ? 0 : fail("calloc(round trips)", ENOMEM);
+}
+
+/* --no-inline's registered values, and the round-trip statistics. */
+static int stream_options(struct client *cl)
+{
+	int err = values_register(cl);
+
+	if (err)
+		return err;
+	return rtt_open(cl);
 }
 
 /* A doorbell's round trip starts when it is handed to the NIC. */

@@ -770,9 +770,11 @@ static int parse_options(int argc, char **argv, struct options *opt)
 			return -EINVAL;
 		}
 	}
-	if (!err && optind < argc) {
+	if (err)
+		return err;
+	if (optind < argc) {
 		errorf("unexpected argument '%s'", argv[optind]);
-		err = -EINVAL;
+		return -EINVAL;
 	}
 	opt->port = (uint16_t)port;
 	opt->pool_size = (uint32_t)size;
@@ -780,7 +782,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	opt->max_conns = (uint32_t)max_conns;
 	opt->handshake_ms = (uint32_t)handshake_ms;
 	opt->keepalive_ms = (uint32_t)keepalive_ms;
-	return err;
+	return 0;
 }
 
 /* ---- signals and statistics --------------------------------------------- */
