@@ -219,8 +219,8 @@ static int stream_open(struct client *cl)
 
 /* rdma_connect() sends a connect request (CM REQ).  When the reply (REP)
  * comes, rdma_get_cm_event() moves our QP to RTR (ready to receive) and
- * RTS (ready to send), sends the last message (RTU, ready to use) and
- * reports ESTABLISHED.  The counts are the server QP's: retry-counts.md. */
+ * RTS (ready to send), sends the RTU and reports ESTABLISHED.  Of the
+ * counts, retry is both QPs', rnr_retry the server's (retry-counts.md). */
 static int cm_connect(struct client *cl)
 {
 	struct rdma_conn_param param = {
