@@ -35,6 +35,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 . "$top/tests/cm_retry.sh"
 trap cleanup EXIT
 
+test_lib
 test_doctor
 test_cm_retry
 
