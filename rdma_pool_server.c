@@ -330,7 +330,7 @@ static void conn_close(struct server *srv, struct conn *conn)
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
 		fail("ibv_modify_qp(IBV_QPS_ERR)", ret);
-	if (rdma_disconnect(conn->id) && errno != EINVAL) /* EINVAL: no RTU */
+	if (rdma_disconnect(conn->id)) /* a DREQ, unless there was no RTU */
 		fail("rdma_disconnect", errno);
 	conn->closing = true;
 	conn->closed_at = now_seconds();
