@@ -1,7 +1,8 @@
 /*
  * unit_client.c - unit tests of the client's batching arithmetic: which
  * work requests one batch holds, at the top of the 32-bit range of write
- * numbers too, without streaming four billion writes.  The client's own
+ * numbers too, without streaming four billion writes; and of how it takes
+ * a server's status.  The client's own
  * source is compiled in here (its main renamed), so that its static
  * functions are the ones tested; nothing here needs an RDMA device.
  *
@@ -115,6 +116,27 @@ static void test_batch_of_one_at_the_top(void)
 	client_free(&cl);
 }
 
+/*
+ * A hostile or broken server's status: only a small positive number is an
+ * errno value.  The largest ones must be refused by name, not negated
+ * (-(int)0x80000000 overflows: undefined, and an abort under UBSan).
+ */
+static void test_status_not_errno(void)
+{
+	static const uint32_t statuses[] = { 4096, 0x7fffffff, 0x80000000,
+					     UINT32_MAX };
+	struct client cl = { .opt = { .size = 4096 } };
+
+	for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++) {
+		struct ctrl_msg reply = { .type = CTRL_RESP_ALLOC,
+					  .status = statuses[i] };
+
+		EXPECT(slice_refused(&cl, &reply) == -EBADMSG);
+	}
+	struct ctrl_msg denial = { .type = CTRL_RESP_ALLOC, .status = ENOMEM };
+	EXPECT(slice_refused(&cl, &denial) == -ENOMEM);
+}
+
 int main(void)
 {
 	static const struct {
@@ -124,6 +146,7 @@ int main(void)
 		{ "batch_first", test_batch_first },
 		{ "batch_at_the_top", test_batch_at_the_top },
 		{ "batch_of_one_at_the_top", test_batch_of_one_at_the_top },
+		{ "status_not_errno", test_status_not_errno },
 	};
 	int passed = 0, failed = 0;
 
