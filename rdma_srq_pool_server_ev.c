@@ -114,6 +114,7 @@ static void reply_print(struct server *srv, const struct conn *conn,
 			const struct ctrl_msg *reply, uint32_t asked);
 static void doorbell_print(struct server *srv, const struct conn *conn,
 			   uint32_t seq, uint32_t value);
+static bool key_revoked(const struct server *srv, const struct ibv_wc *wc);
 static void on_trouble(struct server *srv, struct conn *conn,
 		       const struct ibv_wc *wc);
 static void conn_drop(struct server *srv, struct conn *conn,
@@ -489,7 +490,7 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	struct conn *conn = conn_find(srv, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
-	if (!conn || wc->status || wc->wc_flags & IBV_WC_WITH_INV)
+	if (!conn || wc->status || key_revoked(srv, wc))
 		on_trouble(srv, conn, wc); /* failed, or a key revoked */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
@@ -1570,6 +1571,10 @@ static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
 		return fail("ibv_post_send(bind window)", ret);
 	conn->sending++;
 	conn->window->rkey = rkey;
+	/* A bind names the window by ibv_mw.rkey, which nothing updates for
+	 * a type 2 window; rxe fails a bind that names an old key
+	 * (rxe_bind_mw() in rxe_mw.c), which a second bind would. */
+	conn->window->mw->rkey = rkey;
 	return 0;
 }
 
@@ -1632,6 +1637,30 @@ out_free_slice:
 	pool_free(&srv->pool, conn->slice.off, conn->slice.len);
 	conn->slice = (struct slice){ 0 };
 	return err;
+}
+
+/*
+ * Did this receive revoke a key (a SEND WITH INVALIDATE)?  libibverbs says
+ * so with IBV_WC_WITH_INV (1 << 3).  rxe does not: its kernel half writes
+ * the kernel's flag, IB_WC_WITH_INVALIDATE (1 << 2), into the completion
+ * (do_complete() in rxe_resp.c) and rdma-core's rxe_poll_cq() copies it
+ * unchanged, where libibverbs calls that bit IBV_WC_IP_CSUM_OK (measured:
+ * the server saw no IBV_WC_WITH_INV).  That bit counts only with a key
+ * that is one of our windows', so that a checksum flag from another
+ * device cannot close a client.
+ */
+static bool key_revoked(const struct server *srv, const struct ibv_wc *wc)
+{
+	if (!(wc->opcode & IBV_WC_RECV))
+		return false;
+	if (wc->wc_flags & IBV_WC_WITH_INV)
+		return true;
+	if (!(wc->wc_flags & IBV_WC_IP_CSUM_OK))
+		return false;
+	for (const struct conn *c = srv->conns; c; c = c->next)
+		if (c->window && c->window->rkey == wc->invalidated_rkey)
+			return true;
+	return false;
 }
 
 /*
