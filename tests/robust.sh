@@ -347,8 +347,13 @@ test_max_conns() {
 	timeout 120 "$peer" "$RDMA_ADDR" "$port" req:4096 sleep:100000 \
 		>"$work/hold2.out" 2>"$work/hold2.err" &
 	p2=$!
-	wait_for "$work/hold1.out" '^reply' 20
-	wait_for "$work/hold2.out" '^reply' 20
+	if ! wait_for "$work/hold1.out" '^reply' 20 || ! wait_for "$work/hold2.out" '^reply' 20; then
+		fail "$t" "the two holders were not both served: $(cat "$work"/hold?.out "$work"/hold?.err | head -c 300)"
+		kill "$p1" "$p2" 2>/dev/null || true
+		{ wait "$p1" "$p2" || true; } 2>/dev/null
+		stop_server || true
+		return
+	fi
 	expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
 		"$client" -p "$port" "$RDMA_ADDR" 4096
 	if grep -qx 'reject reason=server-full' "$work/server.out"; then
@@ -441,6 +446,14 @@ hw_counter() {
 # always ready, the NICs retry, and every doorbell still arrives intact.
 # The device's counters show that "receiver not ready" really happened
 # (RNR NAKs) and that no retry ran out; afterwards nothing is lost.
+# The clients run at nice 19 (LOAD_NICE). Each spins on its CQ, and on
+# Soft-RoCE the "NIC" is kernel threads (6.1's tasklets run by ksoftirqd,
+# later kernels' workqueue; rxe_task.c) at the same priority as the server:
+# at nice 0, 32 spinning clients leave them a 34th of the VM's two CPUs.
+# Measured on 6.1, one VM alone: at nice 0 the slowest doorbell took 2.9 s
+# (ev) and 1.4 s (tick), with 22000-25000 RNR NAKs; once in CI a write's
+# retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of 0.27 s). At nice 19:
+# 0.27 to 0.57 s, with 89 to 784 RNR NAKs, still some in every run.
 test_load() {
 	local s=$1 port=$2 t=$1/load_32_clients_srq_4 i pids=() bad='' want line
 	local -A before=() after=()
@@ -448,7 +461,10 @@ test_load() {
 	start_server "$s" "$port" --srq-depth 4 || { fail "$t" "server did not start"; return; }
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
-		run_client "l$i" "$port" "$RDMA_ADDR" 8192 -n 2000 -k 16 &
+		(
+			renice -n "${LOAD_NICE:-19}" -p "$BASHPID" >/dev/null
+			run_client "l$i" "$port" "$RDMA_ADDR" 8192 -n 2000 -k 16
+		) &
 		pids+=("$!")
 	done
 	for i in "${!pids[@]}"; do
@@ -468,8 +484,15 @@ test_load() {
 	elif [ -z "$bad" ] && ! stats_whole "$line"; then
 		bad="something was left in use or lost: '$line'"
 	fi
-	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t"; fi
+	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t (slowest doorbell $(slowest_doorbell) ms)"; fi
 	test_rnr_counters "$t/rnr_happened_no_retry_ran_out"
+}
+
+# slowest_doorbell: the longest round trip of a doorbell, in ms, that any
+# client of test_load saw (each prints "rtt ... max_us=N").
+slowest_doorbell() {
+	cat "$work"/l*.out | sed -n 's/^rtt .* max_us=\([0-9]*\).*/\1/p' |
+		sort -n | tail -n 1 | awk '{ printf "%.0f", $1 / 1000 }'
 }
 
 # test_rnr_counters NAME: from the before and after arrays of test_load.
@@ -543,7 +566,7 @@ test_isolation() {
 	rm -f "$work/go"
 	peer_steps owner "$port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0 &
 	owner=$!
-	wait_for "$work/owner.out" '^write off=0 status=' 20
+	wait_for "$work/owner.out" '^write off=0 status=' 20 || true # expect_lines says
 	# The intruder's slice comes right after it: its offset -4096 is the
 	# owner's slot 0.  2049 is 1025 one lap later: a doorbell that finds it
 	# says "lapped", no error.
