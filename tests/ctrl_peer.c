@@ -27,15 +27,23 @@
  *                     IMMEDIATE of no bytes, immediate SEQ, so that the
  *                     server reports what slot (SEQ-1) % slots holds
  *   sleep:MS          hold the connection that long
- *   wait:PATH         hold it until the file PATH exists (10 s at most)
+ *   wait:PATH         hold it until the file PATH exists (30 s at most)
  *   blind:N           N REQ_ALLOCs of 4096 bytes, one after the other, with
  *                     no receive posted for the replies: they stay stuck in
  *                     the server's send queue
+ *   sendinv:RKEY      a REQ_ALLOC for 4096 bytes sent as a SEND WITH
+ *                     INVALIDATE naming RKEY: the receiver's NIC
+ *                     invalidates that memory window or MR, if it lets us
+ *   vanish            stop answering without a word, as a machine that
+ *                     died or a pulled cable: our QP goes to the error
+ *                     state, so our NIC acknowledges nothing more, and no
+ *                     disconnect request is sent
  *   kill              die by SIGKILL, as a crashed client does
  *
  * Each step prints one line: "reply status=... size=... rkey=...",
  * "write off=... status=IBV_WC_...", "read off=... value=... status=...",
- * "ring seq=... status=IBV_WC_...", "blind sent=N".
+ * "ring seq=... status=IBV_WC_...", "blind sent=N",
+ * "sendinv rkey=... status=IBV_WC_...", "vanished".
  * Exits 0 once every step has run, whatever the server answered, and 1 if
  * it could not connect or a step got no answer at all.
  */
@@ -56,7 +64,8 @@
 #include "common/common.h"
 
 #define TIMEOUT_MS 10000
-#define BUF_SIZE 256 /* the largest message a step may send */
+#define WAIT_MS 30000 /* wait:PATH */
+#define BUF_SIZE 256  /* the largest message a step may send */
 
 struct peer {
 	struct rdma_event_channel *events;
@@ -312,12 +321,12 @@ static int step_ring(struct peer *p, uint32_t seq)
 }
 
 /*
- * Requests whose replies can find no receive: the server's NIC is told
- * "receiver not ready" and retries (as often as --rnr-retry asked), so the
- * replies sit in its send queue.  Each request's own completion only says
- * that the server's NIC took it.
+ * A well-formed REQ_ALLOC for 4096 bytes, sent with opcode (a SEND, or a
+ * SEND WITH INVALIDATE naming rkey), and its own completion in *wc: that
+ * only says that the server's NIC took it.
  */
-static int step_blind(struct peer *p, uint32_t n)
+static int send_request(struct peer *p, enum ibv_wr_opcode opcode,
+			uint32_t rkey, struct ibv_wc *wc)
 {
 	struct ctrl_msg msg = {
 		.magic = CTRL_MAGIC,
@@ -330,16 +339,28 @@ static int step_blind(struct peer *p, uint32_t n)
 	struct ibv_send_wr wr = {
 		.sg_list = &sge,
 		.num_sge = 1,
-		.opcode = IBV_WR_SEND,
+		.opcode = opcode,
 		.send_flags = IBV_SEND_SIGNALED,
+		.invalidate_rkey = rkey,
 	};
+
+	msg_encode(&msg, p->buf[0]);
+	return send_one(p, &wr, wc);
+}
+
+/*
+ * Requests whose replies can find no receive: the server's NIC is told
+ * "receiver not ready" and retries (as often as --rnr-retry asked), so the
+ * replies sit in its send queue.
+ */
+static int step_blind(struct peer *p, uint32_t n)
+{
 	struct ibv_wc wc;
 	uint32_t sent = 0;
 	int err = 0;
 
-	msg_encode(&msg, p->buf[0]);
 	while (!err && sent < n) {
-		err = send_one(p, &wr, &wc);
+		err = send_request(p, IBV_WR_SEND, 0, &wc);
 		if (!err && wc.status != IBV_WC_SUCCESS) {
 			errorf("request %" PRIu32 " failed: %s", sent + 1,
 			       wc_status_name(wc.status));
@@ -351,17 +372,39 @@ static int step_blind(struct peer *p, uint32_t n)
 	return err;
 }
 
+static int step_sendinv(struct peer *p, uint32_t rkey)
+{
+	struct ibv_wc wc;
+	int err = send_request(p, IBV_WR_SEND_WITH_INV, rkey, &wc);
+
+	if (!err)
+		printf("sendinv rkey=0x%" PRIx32 " status=%s\n", rkey,
+		       wc_status_name(wc.status));
+	return err;
+}
+
+static int step_vanish(struct peer *p)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	int ret = ibv_modify_qp(p->qp, &attr, IBV_QP_STATE);
+
+	if (ret)
+		return fail("ibv_modify_qp(IBV_QPS_ERR)", ret);
+	printf("vanished\n");
+	return 0;
+}
+
 /* Until the test that runs us says go, by making the file path. */
 static int step_wait(const char *path)
 {
 	const struct timespec tick = { .tv_nsec = 10000000 };
 
-	for (int i = 0; i < TIMEOUT_MS / 10; i++) {
+	for (int i = 0; i < WAIT_MS / 10; i++) {
 		if (access(path, F_OK) == 0)
 			return 0;
 		nanosleep(&tick, NULL);
 	}
-	errorf("no %s within %d ms", path, TIMEOUT_MS);
+	errorf("no %s within %d ms", path, WAIT_MS);
 	return -ETIMEDOUT;
 }
 
@@ -392,15 +435,18 @@ static int step_run(struct peer *p, const char *step)
 		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a,
 				 p->rkey);
 	if (sscanf(step, "writeto:%lli:%lli:%lli", &a, &b, &c) == 3)
-		return step_rdma(p, IBV_WR_RDMA_WRITE,
-				 (int64_t)(a - p->addr), (uint32_t)b,
-				 (uint32_t)c);
+		return step_rdma(p, IBV_WR_RDMA_WRITE, (int64_t)(a - p->addr),
+				 (uint32_t)b, (uint32_t)c);
 	if (sscanf(step, "read:%lli", &off) == 1)
 		return step_rdma(p, IBV_WR_RDMA_READ, off, 0, p->rkey);
 	if (sscanf(step, "ring:%lli", &a) == 1)
 		return step_ring(p, (uint32_t)a);
 	if (sscanf(step, "blind:%lli", &a) == 1 && a <= 64)
 		return step_blind(p, (uint32_t)a);
+	if (sscanf(step, "sendinv:%lli", &a) == 1)
+		return step_sendinv(p, (uint32_t)a);
+	if (strcmp(step, "vanish") == 0)
+		return step_vanish(p);
 	if (strcmp(step, "kill") == 0)
 		return raise(SIGKILL);
 	if (strncmp(step, "wait:", 5) == 0)

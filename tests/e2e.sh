@@ -29,6 +29,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 . "$top/tests/basic.sh"
 # shellcheck source=tests/robust.sh
 . "$top/tests/robust.sh"
+# shellcheck source=tests/hostile.sh
+. "$top/tests/hostile.sh"
 # shellcheck source=tests/doctor.sh
 . "$top/tests/doctor.sh"
 # shellcheck source=tests/cm_retry.sh
@@ -82,7 +84,8 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_isolation "$server" $((port + 5)) none
 	test_isolation "$server" $((port + 6)) mw
 	test_isolation_unprivileged "$server" $((port + 10))
-	port=$((port + 11))
+	test_hostile "$server" $((port + 11))
+	port=$((port + 18))
 done
 test_client_args
 test_bench_smoke

@@ -1,0 +1,231 @@
+# shellcheck shell=bash
+# Peers that hold a place they do not use, break their QP, revoke another
+# client's window, or a reader that stalls the server's output: each must
+# cost the server nothing lasting. Sourced by e2e.sh after lib.sh and
+# robust.sh; each test starts a server of its own.
+
+# hostile_peer NAME PORT [--no-rtu] STEPS...: ctrl_peer in the background,
+# output in $work/NAME.out/.err; its pid in $hostile_pid.
+hostile_peer() {
+	local name=$1 port=$2 opts=()
+	shift 2
+	if [ "${1:-}" = --no-rtu ]; then
+		opts=(--no-rtu)
+		shift
+	fi
+	timeout 120 "$peer" "${opts[@]}" "$RDMA_ADDR" "$port" "$@" \
+		>"$work/$name.out" 2>"$work/$name.err" &
+	hostile_pid=$!
+}
+
+# hostile_end: the peer started last is no longer needed.
+hostile_end() {
+	kill "$hostile_pid" 2>/dev/null || true
+	{ wait "$hostile_pid" || true; } 2>/dev/null
+}
+
+# grant_of NAME: the server's grant line for peer NAME's slice (by its key).
+grant_of() {
+	local rkey
+	wait_for "$work/$1.out" '^reply status=0 ' 20 || return 1
+	rkey=$(sed -n 's/^reply status=0 .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$work/$1.out")
+	grep -x "grant qp=0x[0-9a-f]* addr=0x[0-9a-f]* rkey=$rkey size=[0-9]*" "$work/server.out" | tail -n 1
+}
+
+# A peer that never sends the handshake's last message (RTU) holds a place
+# until the kernel's CM gives up resending its reply, a minute or more.
+# With --max-conns 1, the server must close it after
+# --handshake-timeout-ms and then serve an ordinary client.
+test_handshake_deadline() {
+	local s=$1 port=$2 t=$1/handshake_deadline status=0
+	start_server "$s" "$port" --max-conns 1 --handshake-timeout-ms 1500 ||
+		{ fail "$t" "server did not start"; return; }
+	hostile_peer nortu "$port" --no-rtu sleep:30000
+	# Without the deadline, the connection would end only when the CM
+	# gave up resending its reply, with no such line.
+	if wait_for "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20; then
+		pass "$t/closed_in_time"
+	else
+		fail "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s"
+	fi
+	run_client after "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
+	check_bystander "$t/next_client_served" after 100 10 4096 "$status"
+	hostile_end
+	expect_stats "$t/nothing_lost"
+	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
+# A peer that vanishes without a disconnect (its QP stops answering, as a
+# machine that died would) must be found by the keepalive probe and closed;
+# a peer that is merely quiet must not be.
+test_keepalive() {
+	local s=$1 port=$2 t=$1/keepalive grant qp
+	start_server "$s" "$port" --keepalive-ms 1000 ||
+		{ fail "$t" "server did not start"; return; }
+	hostile_peer quiet "$port" req:4096 sleep:4000
+	grant=$(grant_of quiet) || { fail "$t" "the quiet peer got no slice"; return; }
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	wait "$hostile_pid" || true
+	if grep -q "^close $qp " "$work/server.out"; then
+		fail "$t/quiet_is_no_reason" "$(grep "^close $qp " "$work/server.out")"
+	elif ! grep -qx "disconnect $qp" "$work/server.out" && ! wait_for "$work/server.out" "^disconnect $qp\$" 10; then
+		fail "$t/quiet_is_no_reason" "the quiet peer's own disconnect was not seen"
+	else
+		pass "$t/quiet_is_no_reason"
+	fi
+
+	hostile_peer gone "$port" req:4096 vanish sleep:30000
+	grant=$(grant_of gone) || { fail "$t" "the vanishing peer got no slice"; return; }
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	wait_for "$work/gone.out" '^vanished$' 10 || true
+	if wait_for "$work/server.out" "^close $qp reason=peer_silent\$" 8; then
+		pass "$t/vanished_peer_closed"
+	else
+		fail "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s"
+	fi
+	# Its place and slice come back while it still sleeps.
+	expect_stats "$t/vanished_peer_freed"
+	hostile_end
+	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
+# A write outside the client's window breaks the server's QP (on rxe with no
+# completion; 6.12 raises LAST_WQE_REACHED, 6.1 nothing). The connection
+# must close with a line saying why, not keep its place until the peer
+# leaves.
+test_broken_qp() {
+	local s=$1 port=$2 t=$1/broken_qp grant qp
+	start_server "$s" "$port" --keepalive-ms 1000 --isolation mw ||
+		{ fail "$t" "server did not start"; return; }
+	hostile_peer broken "$port" req:4096 write:4096:1 sleep:30000
+	grant=$(grant_of broken) || { fail "$t" "the peer got no slice"; return; }
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	if ! wait_for "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
+		fail "$t/closed_with_reason" "the write outside was not refused: $(cat "$work/broken.out")"
+	elif wait_for "$work/server.out" "^close $qp reason=qp_error\$" 8; then
+		pass "$t/closed_with_reason"
+	else
+		fail "$t/closed_with_reason" "no 'close $qp reason=qp_error' within 8 s"
+	fi
+	expect_stats "$t/place_freed"
+	hostile_end
+	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
+# A SEND WITH INVALIDATE naming a neighbour's window key: rxe revokes the
+# window whoever asks. The sender is closed and the victim's window bound
+# again with the same key, so its writes after the attack land.
+test_invalidate() {
+	local s=$1 port=$2 t=$1/invalidate grant qp rkey
+	start_server "$s" "$port" --isolation mw ||
+		{ fail "$t" "server did not start"; return; }
+	rm -f "$work/go"
+	hostile_peer victim "$port" req:4096 wait:"$work/go" write:0:1 ring:1
+	local victim=$hostile_pid
+	grant=$(grant_of victim) || { fail "$t" "the victim got no slice"; return; }
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	rkey=$(echo "$grant" | sed 's/.* rkey=\(0x[0-9a-f]*\) .*/\1/')
+	timeout 60 "$peer" "$RDMA_ADDR" "$port" sendinv:"$rkey" \
+		>"$work/attacker.out" 2>"$work/attacker.err" || true
+	if ! wait_for "$work/server.out" '^close qp=0x[0-9a-f]+ reason=invalidate$' 10; then
+		fail "$t/attacker_closed" "no 'close ... reason=invalidate': $(cat "$work/attacker.out" "$work/attacker.err")"
+	elif ! wait_for "$work/server.out" "^rebind $qp rkey=$rkey\$" 5; then
+		fail "$t/attacker_closed" "closed, but no 'rebind $qp rkey=$rkey' for the victim"
+	else
+		pass "$t/attacker_closed"
+	fi
+	touch "$work/go"
+	wait "$victim" || true
+	if grep -qx 'write off=0 status=IBV_WC_SUCCESS' "$work/victim.out" &&
+		wait_for "$work/server.out" "^doorbell $qp seq=1 value=1 ok\$" 10; then
+		pass "$t/victim_writes_after"
+	else
+		fail "$t/victim_writes_after" "the victim's write after the attack: $(cat "$work/victim.out" "$work/victim.err")"
+	fi
+	expect_stats "$t/nothing_lost"
+	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
+# Settings the device cannot take are refused at start, by name.
+test_device_limits() {
+	local s=$1 port=$2
+	expect_error "$s/device_limits/srq_depth_beyond_cq" 20 \
+		'srq-depth 40000 .*need a CQ.*max_cqe' \
+		"$top/$s" --port "$port" --srq-depth 40000
+	if grep -q '^listen ' "$work/cmd.out"; then
+		fail "$s/device_limits/never_listens" "it listened first: $(head -n 1 "$work/cmd.out")"
+	else
+		pass "$s/device_limits/never_listens"
+	fi
+}
+
+# server_into_fifo PROGRAM PORT READER [OPTIONS...]: the server's stdout
+# into a FIFO that the shell command READER reads (its stdin); waits until
+# the server listens. READER writes what it read to $work/server.out.
+server_into_fifo() {
+	local program=$1 port=$2 reader=$3
+	shift 3
+	rm -f "$work"/*.out "$work"/*.err "$work/fifo"
+	mkfifo "$work/fifo"
+	bash -c "$reader" <"$work/fifo" >"$work/server.out" 2>/dev/null &
+	reader_pid=$!
+	"$top/$program" --port "$port" "$@" >"$work/fifo" 2>"$work/server.err" &
+	server_pid=$!
+	wait_for "$work/server.out" "^listen port=$port " 20
+}
+
+# Whoever reads the server's stdout stops reading: the server must go on
+# serving (its lines dropped and counted), not block with its receives
+# unposted while every client meets "receiver not ready".
+test_output_stalled() {
+	local s=$1 port=$2 t=$1/output_stalled status=0
+	if ! server_into_fifo "$s" "$port" 'head -n 1; exec sleep 600'; then
+		fail "$t" "server did not start"
+		return
+	fi
+	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
+	run_client stalled "$port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
+	if [ "$status" = 0 ]; then
+		pass "$t/client_served"
+	else
+		fail "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")"
+	fi
+	status=0
+	stop_server || status=$?
+	if [ "$status" = 0 ] && grep -Eq '^rdma_[a-z_]+: [0-9]+ lines of output dropped' "$work/server.err"; then
+		pass "$t/drops_counted"
+	else
+		fail "$t/drops_counted" "exit status $status, stderr: $(head -c 300 "$work/server.err")"
+	fi
+	kill "$reader_pid" 2>/dev/null || true
+	{ wait "$reader_pid" || true; } 2>/dev/null
+}
+
+# The reader of the server's stdout goes away: SIGPIPE would end the server
+# without its teardown. It must stop by itself, say why, and exit 1.
+test_output_gone() {
+	local s=$1 port=$2 t=$1/output_gone status=0
+	if ! server_into_fifo "$s" "$port" 'head -n 1'; then
+		fail "$t" "server did not start"
+		return
+	fi
+	wait "$reader_pid" 2>/dev/null || true
+	run_client gone "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
+	stop_server || status=$?
+	if [ "$status" = 1 ] && grep -q 'reader is gone' "$work/server.err"; then
+		pass "$t"
+	else
+		fail "$t" "exit status $status (want 1), stderr: $(head -c 300 "$work/server.err")"
+	fi
+}
+
+# test_hostile SERVER PORT: uses ports PORT to PORT+6.
+test_hostile() {
+	test_handshake_deadline "$1" "$2"
+	test_keepalive "$1" $(($2 + 1))
+	test_broken_qp "$1" $(($2 + 2))
+	test_invalidate "$1" $(($2 + 3))
+	test_device_limits "$1" $(($2 + 4))
+	test_output_stalled "$1" $(($2 + 5))
+	test_output_gone "$1" $(($2 + 6))
+}
