@@ -46,7 +46,7 @@ struct options {
 	uint32_t size, writes;
 	uint32_t every;	 /* K: a doorbell every K writes */
 	uint32_t window; /* W: doorbells in flight at most */
-	bool inline_data, post_each, quiet, help;
+	bool inline_data, post_each, quiet, step, help;
 };
 
 /* A doorbell posted and not yet completed, and the values of its batch. */
@@ -86,6 +86,7 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int qp_fail(struct client *cl, int err);
 static int stream_options(struct client *cl);
+static int step_pause(struct client *cl, const char *after);
 static int ack_timeout_set(struct client *cl);
 static int wc_failed(const struct ibv_wc *wc);
 static bool wait_over(double deadline);
@@ -438,10 +439,12 @@ int main(int argc, char **argv)
 	if (err)
 		goto out_free_stream;
 	err = slice_request(&cl);
-	if (err)
-		goto out_disconnect;
-	err = stream(&cl);
-out_disconnect:
+	if (!err)
+		err = step_pause(&cl, "granted"); /* --step: for make demo */
+	if (!err)
+		err = stream(&cl);
+	if (!err)
+		err = step_pause(&cl, "streamed");
 	err = cm_disconnect(&cl, err);
 out_free_stream:
 	if (cl.values_mr)
@@ -494,6 +497,10 @@ static void usage(FILE *out)
 		"      --post-each            one ibv_post_send() per write, "
 		"not per batch\n"
 		"  -q, --quiet                no line per doorbell\n"
+		"      --step                 once granted, and once streamed, "
+		"print\n"
+		"                             'pause after=...' and wait for a "
+		"line on stdin\n"
 		"  -h, --help                 show this text\n",
 		DEFAULT_PORT, DEFAULT_WRITES, DEFAULT_DOORBELL_EVERY,
 		DEFAULT_WINDOW);
@@ -511,6 +518,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "no-inline", no_argument, NULL, 'I' },
 		{ "post-each", no_argument, NULL, 'E' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "step", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -548,6 +556,9 @@ static int parse_options(int argc, char **argv, struct options *opt)
 			break;
 		case 'q':
 			opt->quiet = true;
+			break;
+		case 'S':
+			opt->step = true;
 			break;
 		case 'h':
 			opt->help = true;
@@ -719,6 +730,23 @@ static int doorbell_lost(const struct doorbell *doorbell, uint64_t wr_id)
 /* ---- limits and tuning -------------------------------------------------- */
 
 #define ACK_TIMEOUT_EXP 16 /* 4.096 us * 2^16 = 0.27 s */
+
+/*
+ * --step: make demo shows what the kernel holds for both programs while the
+ * connection is up.  Everything stays as it is while we wait: the QP, the
+ * slice and the server's view of them.
+ */
+static int step_pause(struct client *cl, const char *after)
+{
+	char line[64];
+
+	if (!cl->opt.step)
+		return 0;
+	printf("pause after=%s\n", after);
+	if (!fgets(line, sizeof(line), stdin) && ferror(stdin))
+		return fail("reading stdin (--step)", EIO);
+	return 0;
+}
 
 /*
  * How long the NIC waits for an acknowledgement before it resends, as an

@@ -1,29 +1,105 @@
 #!/usr/bin/env bash
-# make demo: one server and one client on Soft-RoCE, and what each says.
+# make demo: one server and one client on Soft-RoCE, what each says, and
+# between the steps what the kernel holds for the two of them (the rdma
+# tool's "rdma resource show", trimmed to these two processes).
 # Run it through scripts/soft-roce.sh, which sets RDMA_ADDR.
 #   DEMO_SERVER  rdma_srq_pool_server_ev (default) or rdma_pool_server
+#   DEMO_STEP    1: wait for Enter after each view of the kernel
 set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 server=${DEMO_SERVER:-rdma_srq_pool_server_ev}
-client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100)
+client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100 --step)
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+server_pid=
+client_pid=
+cleanup() {
+	[ -n "$client_pid" ] && kill "$client_pid" 2>/dev/null
+	[ -n "$server_pid" ] && kill -INT "$server_pid" 2>/dev/null
+	rm -rf "$out"
+}
+trap cleanup EXIT
+
+# until FILE REGEX: wait (20 s at most) for a line of FILE matching REGEX.
+until_line() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		grep -Eq "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "demo: no line matching '$2' in 20 s" >&2
+	return 1
+}
+
+# kernel_view WHAT...: the rows of "rdma resource show WHAT" that belong to
+# the server or the client, with the columns that teach.  As an ordinary
+# user the kernel shows no keys (only to CAP_NET_ADMIN): say so.
+kernel_view() {
+	local what pids="$server_pid ${client_pid:-}"
+	for what in "$@"; do
+		rdma resource show "$what" 2>/dev/null | awk -v what="$what" -v pids="$pids" '
+			BEGIN { n = split(pids, p, " "); for (i = 1; i <= n; i++) ours[p[i]] = 1 }
+			{
+				row = ""; pid = ""
+				for (i = 1; i < NF; i++) {
+					if ($i == "pid") pid = $(i + 1)
+					if ($i ~ /^(lqpn|rqpn|type|state|mrlen|rkey|cqe|users|comm|src-addr|dst-addr|qp-type|srqn)$/)
+						row = row " " $i " " $(i + 1)
+				}
+				if (pid in ours) { printf "  %-6s%s\n", what, row; rows++ }
+			}
+			END { if (!rows) printf "  %-6s (none of theirs)\n", what }'
+	done
+	if [ "$(id -u)" != 0 ]; then
+		echo "  (as $(id -un) the kernel shows no keys: it shows them to CAP_NET_ADMIN only)"
+	fi
+	if [ "${DEMO_STEP:-}" = 1 ]; then
+		read -r -p "  [Enter] " _ </dev/tty || true
+	fi
+}
 
 "$top/$server" >"$out/server" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-	grep -q '^listen ' "$out/server" && break
-	sleep 0.1
-done
+server_pid=$!
+until_line "$out/server" '^listen '
+echo "== the kernel, once the server listens: a cm_id on every address; no QP"
+echo "   or MR yet: the first client's request says which device to open"
+kernel_view cm_id qp mr
 
+# The client stops after its grant and after its stream until it is told
+# to go on (--step): a line into its stdin, a FIFO we hold open.
+mkfifo "$out/go"
+exec 3<>"$out/go"
 echo "== client: rdma_pool_client ${client_args[*]}"
+"$top/rdma_pool_client" "${client_args[@]}" <&3 >"$out/client" 2>&1 &
+client_pid=$!
+until_line "$out/client" '^pause after=granted$'
+grep -v '^pause ' "$out/client"
+shown=$(grep -vc '^pause ' "$out/client")
+echo "== the kernel, once the client holds its slice: two QPs in RTS, each"
+echo "   the other's rqpn (qp= above, in hex); the pool MR with the rkey the"
+echo "   client was granted; each one's buffers, which allow no remote access"
+kernel_view qp mr cm_id
+echo >&3
+until_line "$out/client" '^pause after=streamed$'
+echo >&3
 status=0
-"$top/rdma_pool_client" "${client_args[@]}" || status=$?
+wait "$client_pid" || status=$?
+client_pid=
+grep -v '^pause ' "$out/client" | tail -n "+$((shown + 1))"
+echo "== the kernel, just after the client's disconnect: the server's QP in"
+echo "   the error state until the server destroys it (at once where the"
+echo "   kernel raises LAST_WQE_REACHED, Linux 6.5 and later; 2 s on 6.1)"
+kernel_view qp
+until_line "$out/server" '^destroy '
+echo "== the kernel, once the server destroyed that QP: nothing of the client"
+kernel_view qp mr
 
-kill -INT "$pid"
-wait "$pid" || status=$?
+kill -INT "$server_pid"
+wait "$server_pid" || status=$?
+echo "== the kernel, after the server's exit: nothing left"
+kernel_view cm_id qp mr
+server_pid=
 echo
 echo "== server: $server (stopped with SIGINT)"
 cat "$out/server"

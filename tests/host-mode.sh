@@ -72,8 +72,43 @@ test_demo() {
 		fail demo/runs "not the README's session (10 doorbells ok, done writes=1000): $(tail -n 5 "$log" | tr '\n' '|')"
 	else
 		pass demo/runs
+		test_demo_kernel_view "$log"
 	fi
 	check_run demo "$log" "$status" "$before"
+}
+
+# block LOG TITLE: the rows of the demo's kernel view headed TITLE.
+block() {
+	awk -v t="$2" 'index($0, "== the kernel, " t) == 1 { on = 1; next }
+		on && /^  [a-z_]+ / { print; next } on && /^[^ ]/ { on = 0 }' "$1"
+}
+
+# What the demo shows of the kernel is what the programs said: both QPs in
+# RTS, each the other's peer, with the numbers the two printed; the pool MR
+# with the grant's rkey and the pool's length; nothing of theirs at the end.
+test_demo_kernel_view() {
+	local log=$1 cqp sqp rkey pool rows why=''
+	cqp=$(sed -n 's/^connect server=.* qp=\(0x[0-9a-f]*\)$/\1/p' "$log")
+	sqp=$(sed -n 's/^connect qp=\(0x[0-9a-f]*\)$/\1/p' "$log")
+	rkey=$(sed -n 's/^grant .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$log")
+	pool=$(sed -n 's/^listen .* pool_size=\([0-9]*\)$/\1/p' "$log")
+	rows=$(block "$log" 'once the client holds its slice')
+	if [ -z "$cqp" ] || [ -z "$sqp" ] || [ -z "$rkey" ] || [ -z "$pool" ]; then
+		why="the programs' qp=, rkey= or pool_size= lines are missing"
+	elif ! grep -Eq "^  qp +lqpn $((cqp)) rqpn $((sqp)) type RC state RTS comm rdma_pool_clien" <<<"$rows"; then
+		why="no client QP $((cqp)) in RTS with peer $((sqp))"
+	elif ! grep -Eq "^  qp +lqpn $((sqp)) rqpn $((cqp)) type RC state RTS comm rdma_" <<<"$rows"; then
+		why="no server QP $((sqp)) in RTS with peer $((cqp))"
+	elif ! grep -Eq "^  mr +rkey $rkey mrlen $pool comm rdma_" <<<"$rows"; then
+		why="no MR with the grant's rkey $rkey and the pool's $pool bytes"
+	elif [ "$(block "$log" "after the server's exit" | grep -vc '(none of theirs)$')" != 0 ]; then
+		why="something of theirs was left: $(block "$log" "after the server's exit" | tr '\n' '|')"
+	fi
+	if [ -n "$why" ]; then
+		fail demo/kernel_view "$why: $(echo "$rows" | tr '\n' '|')"
+	else
+		pass demo/kernel_view
+	fi
 }
 
 # The end-to-end tests through soft-roce.sh; their PASS and FAIL lines
