@@ -4,7 +4,6 @@
  * of rdma_pool_server.c (read that first).  One thread sleeps in poll()
  * until the connection manager (CM), the completion queue (CQ) or the
  * device has news.  The core path:
- *
  *   main, listen_open   listen; then serve, the event loop:
  *     cm_handle         a client's connect request (on_connect_request; the
  *                       first opens the verbs: verbs_open, pool_register,
