@@ -267,7 +267,10 @@ check_prereqs() {
 }
 
 # Builds the initramfs once per kernel and init script, in build/vm/, and
-# prints its path.
+# prints its path.  It runs in a command substitution, where set -e does
+# not hold: each step says itself when it fails, so that no broken image is
+# cached; and it is packed under a name of this run's, so that two runs at
+# once do not write one file.
 build_initramfs() {
 	local ver=$1 root=$2 key image stage files path name
 	files=$(initramfs_modules "$root" "$ver")
@@ -279,11 +282,11 @@ build_initramfs() {
 		return
 	fi
 
-	stage=$(mktemp -d "$vmdir/initramfs.XXXXXX")
+	stage=$(mktemp -d "$vmdir/initramfs.XXXXXX") || die "cannot make a folder in $vmdir"
 	mkdir -p "$stage/bin" "$stage/dev" "$stage/proc" "$stage/sys" \
-		"$stage/lib/modules"
-	cp /bin/busybox "$stage/bin/busybox"
-	printf '%s\n' "$INIT" >"$stage/init"
+		"$stage/lib/modules" || die "cannot fill $stage"
+	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
+	printf '%s\n' "$INIT" >"$stage/init" || die "cannot write $stage/init"
 	chmod +x "$stage/init"
 	touch "$stage/modules"
 	for path in $files; do
@@ -295,15 +298,16 @@ build_initramfs() {
 		*.ko.xz) xz -dc "$path" >"$stage/lib/modules/$name.ko" ;;
 		*.ko.zst) zstd -qdc "$path" >"$stage/lib/modules/$name.ko" ;;
 		*.ko.gz) gzip -dc "$path" >"$stage/lib/modules/$name.ko" ;;
-		*) die "kernel $ver: cannot unpack module $path" ;;
-		esac
+		*) false ;;
+		esac || die "kernel $ver: cannot unpack module $path"
 		echo "$name" >>"$stage/modules"
 	done
 
+	(set -o pipefail && cd "$stage" &&
+		find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
+		>"$stage.cpio.gz" || die "cannot pack the initramfs for $ver"
 	rm -f "$vmdir"/initramfs-"$ver"-*.cpio.gz
-	(cd "$stage" && find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
-		>"$image.tmp"
-	mv "$image.tmp" "$image"
+	mv "$stage.cpio.gz" "$image" || die "cannot move the initramfs to $image"
 	rm -rf "$stage"
 	echo "$image"
 }
