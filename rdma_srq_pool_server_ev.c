@@ -1570,9 +1570,10 @@ static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
 		return fail("ibv_post_send(bind window)", ret);
 	conn->sending++;
 	conn->window->rkey = rkey;
-	/* A bind names the window by ibv_mw.rkey, which nothing updates for
-	 * a type 2 window; rxe fails a bind that names an old key
-	 * (rxe_bind_mw() in rxe_mw.c), which a second bind would. */
+	/* A bind names the window by ibv_mw.rkey, which nothing updates
+	 * after a type 2 bind; rxe refuses a bind naming a key the window
+	 * no longer has (rxe_bind_mw() in rxe_mw.c), as on_invalidate()'s
+	 * rebind would. */
 	conn->window->mw->rkey = rkey;
 	return 0;
 }
