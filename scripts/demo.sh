@@ -11,24 +11,50 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 server=${DEMO_SERVER:-rdma_srq_pool_server_ev}
 client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100 --step)
-out=$(mktemp -d)
+port=7471
 server_pid=
 client_pid=
+out=''
 cleanup() {
 	[ -n "$client_pid" ] && kill "$client_pid" 2>/dev/null
 	[ -n "$server_pid" ] && kill -INT "$server_pid" 2>/dev/null
-	rm -rf "$out"
+	[ -z "$out" ] || rm -rf "$out"
 }
 trap cleanup EXIT
+out=$(mktemp -d)
 
-# until FILE REGEX: wait (20 s at most) for a line of FILE matching REGEX.
+# until_line FILE REGEX [PID]: wait (20 s at most, and only while process
+# PID runs) for a line of FILE matching REGEX.
 until_line() {
 	local i
 	for ((i = 0; i < 200; i++)); do
 		grep -Eq "$2" "$1" 2>/dev/null && return 0
+		if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then
+			grep -Eq "$2" "$1" 2>/dev/null && return 0
+			echo "demo: it ended before a line matching '$2'" >&2
+			return 1
+		fi
 		sleep 0.1
 	done
 	echo "demo: no line matching '$2' in 20 s" >&2
+	return 1
+}
+
+# start_server: the server on the port of the README (7471), or, if
+# another program holds that one (a second make demo), on the next free one.
+start_server() {
+	local tries
+	for ((tries = 0; tries < 20; tries++)); do
+		"$top/$server" --port "$port" >"$out/server" 2>&1 &
+		server_pid=$!
+		until_line "$out/server" '^listen ' "$server_pid" && return 0
+		grep -q "port $port is already in use" "$out/server" || break
+		wait "$server_pid" || true
+		port=$((port + 1))
+	done
+	server_pid=
+	echo "demo: the server did not start:" >&2
+	cat "$out/server" >&2
 	return 1
 }
 
@@ -55,13 +81,12 @@ kernel_view() {
 		echo "  (as $(id -un) the kernel shows no keys: it shows them to CAP_NET_ADMIN only)"
 	fi
 	if [ "${DEMO_STEP:-}" = 1 ]; then
-		read -r -p "  [Enter] " _ </dev/tty || true
+		read -r -p "  [Enter] " _ || true
 	fi
 }
 
-"$top/$server" >"$out/server" 2>&1 &
-server_pid=$!
-until_line "$out/server" '^listen '
+start_server
+[ "$port" = 7471 ] || client_args+=(--port "$port")
 echo "== the kernel, once the server listens: a cm_id on every address; no QP"
 echo "   or MR yet: the first client's request says which device to open"
 kernel_view cm_id qp mr
@@ -73,7 +98,7 @@ exec 3<>"$out/go"
 echo "== client: rdma_pool_client ${client_args[*]}"
 "$top/rdma_pool_client" "${client_args[@]}" <&3 >"$out/client" 2>&1 &
 client_pid=$!
-until_line "$out/client" '^pause after=granted$'
+until_line "$out/client" '^pause after=granted$' "$client_pid"
 grep -v '^pause ' "$out/client"
 shown=$(grep -vc '^pause ' "$out/client")
 echo "== the kernel, once the client holds its slice: two QPs in RTS, each"
@@ -81,7 +106,7 @@ echo "   the other's rqpn (qp= above, in hex); the pool MR with the rkey the"
 echo "   client was granted; each one's buffers, which allow no remote access"
 kernel_view qp mr cm_id
 echo >&3
-until_line "$out/client" '^pause after=streamed$'
+until_line "$out/client" '^pause after=streamed$' "$client_pid"
 echo >&3
 status=0
 wait "$client_pid" || status=$?
@@ -91,7 +116,7 @@ echo "== the kernel, just after the client's disconnect: the server's QP in"
 echo "   the error state until the server destroys it (at once where the"
 echo "   kernel raises LAST_WQE_REACHED, Linux 6.5 and later; 2 s on 6.1)"
 kernel_view qp
-until_line "$out/server" '^destroy '
+until_line "$out/server" '^destroy ' "$server_pid"
 echo "== the kernel, once the server destroyed that QP: nothing of the client"
 kernel_view qp mr
 

@@ -15,12 +15,21 @@
 #   3. As root, on this machine's kernel: Soft-RoCE on an interface of its
 #      own, a dummy with one address from 198.18.0.0/15, the benchmarking
 #      range (a /32 on a dummy: packets to it never leave this machine).
-#      The device, the interface and the modules loaded for it go away when
-#      CMD ends, also after a failure or Ctrl-C.  Never lo: rdma_cm cannot
-#      route to 127.0.0.1 on any kernel.
+#      Both are named rxe_demo<PID>, after this script's process: two runs
+#      at once each have their own, and one whose run has ended (killed
+#      with SIGKILL) is reported and removed, never taken for a device of
+#      the machine.  Never lo: rdma_cm cannot route to 127.0.0.1 on any
+#      kernel.
 #   4. Where this kernel has no rdma_rxe: a VM whose kernel has it
 #      (scripts/vm-run.sh), in which this script runs again and takes 3.
 # SOFT_ROCE_MODE=host stops before 4; SOFT_ROCE_MODE=vm goes to 4 at once.
+#
+# CMD runs in a session of its own. When it ends, or this script gets
+# SIGINT (Ctrl-C), SIGTERM or SIGHUP (the terminal closed), every process
+# left in that session is stopped (also those under timeout(1), which puts
+# itself in a process group of its own), then the device, the interface and
+# the modules this run loaded are removed, and this script ends with the
+# signal's own status, so that the shell or make that started it stops too.
 # What a path needs and lacks, scripts/deps.sh installs (as root) or names.
 set -euo pipefail
 
@@ -28,13 +37,44 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/rdma-lib.sh
 . "$here/rdma-lib.sh"
 
-# Soft-RoCE's own interface and device: the same name for both.
-OWN=rxe_demo0
-# Set once we have made them: the EXIT trap removes them again.
-own_link=false own_if=false loaded_modules=()
+# Soft-RoCE's own interface and device: the same name for both, this
+# run's own.  (15 characters at most: "rxe_demo" and a PID of up to 7.)
+PREFIX=rxe_demo
+OWN=$PREFIX$$
+# The modules this run loaded, which the EXIT trap may remove again; the
+# session CMD runs in, which a signal stops.
+loaded_modules=() cmd_sid='' cmd_name=''
 
 say() {
 	echo "soft-roce: $*" >&2
+}
+
+# run_alive NAME: true if the rxe_demo<PID> device or interface NAME
+# belongs to a soft-roce.sh that still runs.
+run_alive() {
+	local pid=${1#"$PREFIX"}
+	[[ $pid =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] &&
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'soft-roce\.sh'
+}
+
+# sweep_leftovers: an rxe_demo device or interface whose run has ended
+# (killed with SIGKILL, or a machine that lost power) is no device of this
+# machine: say so and, as root, remove it.  Another run's that still runs
+# is left alone (try_existing skips it).
+sweep_leftovers() {
+	local name
+	for name in $( (rdma link show 2>/dev/null | awk '{ sub("/.*", "", $2); print $2 }'
+		ip -o link show 2>/dev/null | awk -F': ' '{ sub("@.*", "", $2); print $2 }') |
+		grep "^$PREFIX" | sort -u); do
+		run_alive "$name" && continue
+		if [ "$(id -u)" != 0 ]; then
+			say "$name was left by a run that has ended; as root:" \
+				"rdma link delete $name; ip link delete $name"
+			continue
+		fi
+		say "removing $name, left by a run that has ended"
+		remove_own "$name"
+	done
 }
 
 # try_existing: step 2.  Sets RDMA_ADDR, RDMA_DEV and how, or why_not.
@@ -46,6 +86,10 @@ try_existing() {
 		return 1
 	fi
 	while read -r dev port netdev; do
+		if [[ $dev == "$PREFIX"* ]]; then
+			tried+=("$dev is another run's")
+			continue
+		fi
 		if [ "$netdev" = lo ]; then
 			tried+=("$dev/$port is on lo")
 			continue
@@ -80,6 +124,15 @@ own_address() {
 	return 1
 }
 
+# lock_dir: where this run's lock file goes (root's /run/lock, else /tmp).
+lock_dir() {
+	if [ -d /run/lock ] && [ -w /run/lock ]; then
+		echo /run/lock
+	else
+		echo "${TMPDIR:-/tmp}"
+	fi
+}
+
 # load MODULE: modprobe it, and remember to remove it at the end if it was
 # not loaded before.
 load() {
@@ -91,17 +144,72 @@ load() {
 	return 0
 }
 
+# remove_own NAME: the rdma link and the interface NAME, where they exist.
+remove_own() {
+	if rdma link show "$1/1" >/dev/null 2>&1; then
+		rdma link delete "$1" || say "could not remove the rdma link $1"
+	fi
+	if [ -e "/sys/class/net/$1" ]; then
+		ip link delete "$1" || say "could not remove the interface $1"
+	fi
+}
+
+# The EXIT trap: what this run made, then the modules it loaded, but
+# rdma_rxe only while no RDMA device is left (removing it would remove
+# another run's rxe device with it).
 cleanup() {
 	local m
-	if [ "$own_link" = true ]; then
-		rdma link delete "$OWN" || say "could not remove the rdma link $OWN"
-	fi
-	if [ "$own_if" = true ]; then
-		ip link delete "$OWN" || say "could not remove the interface $OWN"
-	fi
+	remove_own "$OWN"
 	for m in "${loaded_modules[@]}"; do
+		if [ "$m" = rdma_rxe ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+			say "leaving rdma_rxe loaded: an RDMA device still uses the kernel's RDMA stack"
+			continue
+		fi
 		modprobe -r "$m" 2>/dev/null || true
 	done
+}
+
+# session_pids SID: the processes of session SID (the fourth field of
+# /proc/PID/stat after the ")" that ends the command's name).
+session_pids() {
+	local stat line fields
+	for stat in /proc/[0-9]*/stat; do
+		read -r line 2>/dev/null <"$stat" || continue
+		read -r -a fields <<<"${line##*) }"
+		[ "${fields[3]:-}" = "$1" ] && echo "${stat//[^0-9]/}"
+	done
+	return 0
+}
+
+# stop_session SID: SIGTERM to every process in it, and SIGKILL to those
+# still there 5 s later.  By session, not by process group: timeout(1)
+# moves itself and its command into a group of their own.
+stop_session() {
+	local pids i
+	pids=$(session_pids "$1")
+	[ -n "$pids" ] || return 0
+	# shellcheck disable=SC2086
+	kill -TERM $pids 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		pids=$(session_pids "$1")
+		[ -n "$pids" ] || return 0
+		sleep 0.1
+	done
+	say "still running 5 s after SIGTERM, killed: ${pids//$'\n'/ }"
+	# shellcheck disable=SC2086
+	kill -KILL $pids 2>/dev/null || true
+}
+
+# on_signal NAME: stop CMD's session, remove what this run made, and end
+# by the same signal (a shell that started this script sees that it was
+# interrupted, and stops rather than going on with its next command).
+on_signal() {
+	trap '' INT TERM HUP
+	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made"
+	[ -z "$cmd_sid" ] || stop_session "$cmd_sid"
+	cleanup
+	trap - EXIT "$1"
+	kill -s "$1" $$
 }
 
 # try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how, or why_not.
@@ -119,26 +227,27 @@ try_own() {
 		fi
 		[ -z "$err" ] || echo "$err" >&2
 	fi
-	trap cleanup EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
+	# Two runs at once must not take one address: choosing it and putting
+	# it on this run's interface is done by one run at a time.
+	exec {lock}>"$(lock_dir)/rdma-pool-doorbell-soft-roce.lock"
+	flock "$lock"
 	if ! addr=$(own_address); then
 		why_not="no free address in 198.18.0.0/24"
+		exec {lock}>&-
 		return 1
 	fi
-	if ! err=$(ip link add "$OWN" type dummy 2>&1); then
-		why_not="ip link add $OWN type dummy: $err"
+	err=$(ip link add "$OWN" type dummy 2>&1 && ip link set "$OWN" up 2>&1 &&
+		ip addr add "$addr/32" dev "$OWN" 2>&1) || true
+	exec {lock}>&-
+	if [ -n "$err" ]; then
+		why_not="$OWN, a dummy interface on $addr: $err"
 		return 1
 	fi
-	own_if=true
-	ip link set "$OWN" up
-	ip addr add "$addr/32" dev "$OWN"
 	if ! err=$(rdma link add "$OWN" type rxe netdev "$OWN" 2>&1); then
 		why_not="rdma link add $OWN type rxe netdev $OWN: $err"
 		return 1
 	fi
-	own_link=true
 	if ! rping_works "$addr"; then
 		why_not="$OWN is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"
 		return 1
@@ -158,7 +267,7 @@ try_host() {
 	fi
 	say "tried a device of its own: $why_not"
 	cleanup
-	own_link=false own_if=false loaded_modules=()
+	loaded_modules=()
 	return 1
 }
 
@@ -206,6 +315,13 @@ main() {
 		;;
 	esac
 
+	# From here on this run may make a device: the traps that remove it
+	# come first.
+	trap cleanup EXIT
+	trap 'on_signal INT' INT
+	trap 'on_signal TERM' TERM
+	trap 'on_signal HUP' HUP
+	[ "$(id -u)" != 0 ] || sweep_leftovers
 	if ! try_host; then
 		if [ "$mode" = auto ] && vm_possible; then
 			say "mode: vm (this kernel, $(uname -r), has no rdma_rxe)"
@@ -223,8 +339,18 @@ main() {
 
 	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV)"
 	export RDMA_ADDR RDMA_DEV
-	# Not exec: the EXIT trap may have a device to remove afterwards.
-	"$@" || status=$?
+	# Not exec: the EXIT trap may have a device to remove afterwards. CMD
+	# in the background, so that a signal's trap runs at once (bash runs
+	# it only once the command in the foreground ends); its stdin is ours,
+	# not the /dev/null that bash gives background commands by default.
+	# Not being a process group leader here, setsid makes no new process:
+	# $! is the new session's ID.
+	cmd_name=$1
+	setsid "$@" <&0 &
+	cmd_sid=$!
+	wait "$cmd_sid" || status=$?
+	# What CMD left running (a server it forgot) goes too.
+	stop_session "$cmd_sid"
 	exit "$status"
 }
 

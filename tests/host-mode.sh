@@ -39,7 +39,7 @@ machine_state() {
 if [ -n "$(active_ports)" ]; then
 	want_mode='^soft-roce: mode: host \([^ ]+, an existing device'
 else
-	want_mode='^soft-roce: mode: host \(rxe_demo0, made for this run'
+	want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
 fi
 
 # check_run NAME LOG STATUS BEFORE: the mode soft-roce.sh chose, and the
@@ -123,12 +123,185 @@ test_e2e() {
 	check_run e2e "$log" "$status" "$before"
 }
 
+# left_behind BEFORE AFTER: the lines of machine state AFTER has and
+# BEFORE had not.
+left_behind() {
+	grep -vxF -f <(echo "$1") <<<"$2" | tr '\n' ' ' || true
+}
+
+# The interrupted run: a server, and a client that streams longer than the
+# test waits, under timeout(1) as the stage scripts run theirs (it takes a
+# process group of its own, which a Ctrl-C to the terminal never reaches).
+cat >"$work/long-run.sh" <<'EOF'
+#!/usr/bin/env bash
+dir=$1 port=$2 top=$3
+"$top/rdma_pool_server" --port "$port" >"$dir/server" 2>&1 &
+until grep -q '^listen ' "$dir/server"; do sleep 0.1; done
+timeout 300 "$top/rdma_pool_client" "$RDMA_ADDR" 4096 --port "$port" \
+	--writes 2000000000 >"$dir/client" 2>&1
+wait
+EOF
+chmod +x "$work/long-run.sh"
+
+# ours DIR PORT: the processes of an interrupted run still there (their
+# command lines name its directory or its port).
+ours() {
+	pgrep -af -- "$1|--port $2( |$)" | grep -v pgrep || true
+}
+
+# test_interrupt NAME SIGNAL group|harness PORT: a run of soft-roce.sh that
+# gets SIGNAL mid-stream, sent to its whole process group (Ctrl-C in its
+# terminal: the harness alone, its command runs in a session of its own)
+# or to the harness alone (kill, or a closed terminal's SIGHUP): every
+# process of the run must be gone, then the device, its interface and the
+# modules, and the harness must end by that signal.
+test_interrupt() {
+	local name=$1 sig=$2 target=$3 port=$4 dir=$work/${1//\//_} before
+	local harness status=0 i left why='' want
+	mkdir "$dir"
+	before=$(machine_state)
+	# A process group of its own, as a job of a terminal's shell has (job
+	# control, set -m: without it bash starts a background command with
+	# SIGINT ignored, and a script cannot trap what it inherits ignored).
+	set -m
+	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$port" \
+		"$top" >"$dir/log" 2>&1 &
+	harness=$!
+	set +m
+	for ((i = 0; i < 600; i++)); do
+		grep -q '^granted ' "$dir/client" 2>/dev/null && break
+		kill -0 "$harness" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! grep -q '^granted ' "$dir/client" 2>/dev/null; then
+		kill -TERM "$harness" 2>/dev/null || true
+		wait "$harness" || true
+		fail "$name" "the client never streamed: $(tail -n 5 "$dir/log" | tr '\n' '|')"
+		return
+	fi
+	if [ "$target" = group ]; then
+		kill -s "$sig" -- "-$harness"
+	else
+		kill -s "$sig" "$harness"
+	fi
+	# (Its stderr away: bash reports a job of set -m killed by a signal.)
+	{
+		for ((i = 0; i < 200; i++)); do
+			kill -0 "$harness" || break
+			sleep 0.1
+		done
+		if kill -0 "$harness"; then
+			why="the harness still runs 20 s after SIG$sig"
+			kill -KILL -- "-$harness" || true
+		fi
+		wait "$harness" || status=$?
+	} 2>/dev/null
+	want=$((128 + $(kill -l "$sig")))
+	left=$(ours "$dir" "$port")
+	if [ -z "$why" ] && [ -n "$left" ]; then
+		why="still running: $(echo "$left" | tr '\n' '|')"
+	elif [ -z "$why" ] && [ "$(machine_state)" != "$before" ]; then
+		why="left behind: $(left_behind "$before" "$(machine_state)")"
+	elif [ -z "$why" ] && [ "$status" != "$want" ]; then
+		why="the harness exited $status, not by SIG$sig ($want)"
+	fi
+	if [ -n "$why" ]; then
+		fail "$name" "$why: $(tail -n 5 "$dir/log" | tr '\n' '|')"
+	else
+		pass "$name"
+	fi
+	# Whatever the outcome, the next test starts clean.
+	[ -z "$left" ] || pkill -KILL -f -- "$dir|--port $port( |$)" || true
+}
+
+# Two make demo at once, as two people on one machine would: each makes
+# its own device and takes its own server port, and both show the
+# README's session.
+test_two_demos() {
+	local before after i status pids=() why=''
+	before=$(machine_state | grep -v '^module')
+	for i in 1 2; do
+		make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$work/demo$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for i in 1 2; do
+		status=0
+		wait "${pids[i - 1]}" || status=$?
+		if [ "$status" != 0 ]; then
+			why+="demo $i exited $status: $(tail -n 3 "$work/demo$i.log" | tr '\n' '|'); "
+		elif [ "$(grep -c '^doorbell qp=.* ok$' "$work/demo$i.log")" != 10 ]; then
+			why+="demo $i: not 10 doorbells ok; "
+		fi
+	done
+	if [ -z "$why" ] && [ "$(grep -ho 'rxe_demo[0-9]*, made' "$work"/demo[12].log | sort -u | wc -l)" != 2 ]; then
+		why="not two devices of their own: $(grep -h '^soft-roce: mode' "$work"/demo[12].log | tr '\n' '|')"
+	fi
+	# The modules may stay loaded (the first run to end leaves rdma_rxe to
+	# the other's device): the links and interfaces must be gone.
+	after=$(machine_state | grep -v '^module')
+	if [ -z "$why" ] && [ "$after" != "$before" ]; then
+		why="left behind: $(left_behind "$before" "$after")"
+	fi
+	if [ -n "$why" ]; then
+		fail two_demos_at_once "$why"
+	else
+		pass two_demos_at_once
+	fi
+	modules_restore
+}
+
+# modules_restore: the modules as they were for the tests that follow, if
+# no RDMA device needs them.
+modules_restore() {
+	local m
+	[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || return 0
+	for m in rdma_ucm rdma_rxe dummy; do
+		grep -qx "module $m" <<<"$modules_before" || modprobe -r "$m" 2>/dev/null || true
+	done
+}
+
+# A device and interface named as the harness names its own, left by a run
+# that ended without its cleanup (SIGKILL): the next run says so, removes
+# them and makes its own, rather than taking them for the machine's.
+test_leftover() {
+	local log=$work/leftover.log before why=''
+	before=$(machine_state | grep -v '^module')
+	modprobe -a rdma_rxe rdma_ucm dummy
+	ip link add rxe_demo0 type dummy && ip link set rxe_demo0 up &&
+		ip addr add 198.18.0.200/32 dev rxe_demo0 &&
+		rdma link add rxe_demo0 type rxe netdev rxe_demo0
+	"$top/scripts/soft-roce.sh" true >"$log" 2>&1 || why="soft-roce.sh true failed; "
+	if ! grep -q '^soft-roce: removing rxe_demo0, left by a run that has ended$' "$log"; then
+		why+="it did not say it removed rxe_demo0; "
+	fi
+	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
+	if [ "$(machine_state | grep -v '^module')" != "$before" ]; then
+		why+="left behind: $(left_behind "$before" "$(machine_state | grep -v '^module')")"
+		rdma link delete rxe_demo0 2>/dev/null || true
+		ip link delete rxe_demo0 2>/dev/null || true
+	fi
+	if [ -n "$why" ]; then
+		fail leftover_removed "$why: $(tr '\n' '|' <"$log")"
+	else
+		pass leftover_removed
+	fi
+	modules_restore
+}
+
 if [ "$(id -u)" != 0 ] && [ -z "$(active_ports)" ]; then
 	# The Soft-RoCE tests are never skipped: a run without them is no pass.
 	echo "FAIL host_mode/soft_roce: no RDMA device, and only root can make one: run make test as root, which brings Soft-RoCE up itself"
 	exit 1
 fi
+modules_before=$(machine_state | grep '^module' || true)
 test_demo
+if [ -z "$(active_ports)" ]; then
+	test_interrupt interrupt/ctrl_c INT group 7451
+	test_interrupt interrupt/sigterm TERM harness 7452
+	test_interrupt interrupt/sighup HUP harness 7453
+	test_two_demos
+	test_leftover
+fi
 test_e2e
 echo "host_mode: $failed failed"
 [ "$failed" = 0 ]
