@@ -35,6 +35,10 @@ main() {
 			"this system, set VM_KERNEL to a kernel in /boot instead"
 	fi
 	[[ $suite =~ ^[a-z-]+$ ]] || die "bad suite '$suite'"
+	# depmod indexes the kernel's modules (kmod, which a bare system may
+	# lack): deps.sh installs it as root, or names the package.
+	command -v depmod >/dev/null || "$(dirname "$0")/deps.sh" run >&2 ||
+		die "depmod (kmod) is needed to index the kernel's modules"
 	apt=$KERNEL_CACHE/apt-$suite
 	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
 	echo "deb $(mirror) $suite main" >"$apt/sources.list"

@@ -45,6 +45,8 @@ export PATH=/bin
 H=/host                 # where the host's root file system is mounted
 
 mount -t devtmpfs dev /dev
+# What udev adds on any machine: bash's <(...) opens /dev/fd/N.
+ln -s /proc/self/fd /dev/fd
 # The initramfs has no /dev/console, so the kernel started us without stdio.
 exec </dev/null >/dev/console 2>&1
 mount -t proc proc /proc
@@ -425,6 +427,36 @@ boot_vm() {
 		-virtfs "local,path=/,mount_tag=hostroot,readonly=on,$share" \
 		-virtfs "local,path=$repo,mount_tag=repo,$share" \
 		"$@" </dev/null
+}
+
+# stop_qemu JOB: end the qemu that boot_vm started for JOB with
+# "-pidfile JOB/qemu.pid", if it still runs (and that PID is still a qemu).
+stop_qemu() {
+	local pid comm
+	[ -s "$1/qemu.pid" ] && read -r pid <"$1/qemu.pid" || return 0
+	read -r comm 2>/dev/null <"/proc/$pid/comm" || return 0
+	[[ $comm == qemu* ]] && kill "$pid" 2>/dev/null || true
+}
+
+# trap_signals: on SIGINT, SIGTERM or SIGHUP, run the caller's cleanup (its
+# EXIT trap: stop the VMs, remove their files) at once, and end by that
+# signal, so that whatever started the caller stops too.  At once only if
+# the caller waits for qemu in the background: bash holds a signal's trap
+# until the command it runs in the foreground ends.
+trap_signals() {
+	local sig
+	for sig in INT TERM HUP; do
+		# shellcheck disable=SC2064
+		trap "on_signal $sig" "$sig"
+	done
+}
+
+on_signal() {
+	trap '' INT TERM HUP
+	echo "$vm_prog: SIG$1: stopping the VM" >&2
+	cleanup
+	trap - EXIT "$1"
+	kill -s "$1" $$
 }
 
 # Serial lines end in \r\n.

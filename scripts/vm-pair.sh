@@ -75,15 +75,6 @@ run_vm() {
 	echo "$status" >"$job/qemu"
 }
 
-# stop_vm JOB: end that VM's qemu if it still runs.
-stop_vm() {
-	local pid
-	if [ -s "$1/qemu.pid" ] && read -r pid <"$1/qemu.pid" &&
-		kill -0 "$pid" 2>/dev/null; then
-		kill "$pid"
-	fi
-}
-
 # The cable: a "stream" netdev over a Unix socket of this host where qemu
 # has one (7.2 and later), else the older "socket" netdev over TCP on
 # 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).  VM_CABLE=stream|socket chooses.
@@ -142,7 +133,7 @@ grace() {
 	done
 	echo "$vm_prog: one VM ended ${VM_GRACE}s ago and the other still" \
 		"runs: stopping it (VM_GRACE)" >&2
-	stop_vm "$job"
+	stop_qemu "$job"
 }
 
 # outcome JOB WHAT CMD: "exited N" with CMD's exit status in that VM, or
@@ -157,8 +148,9 @@ outcome() {
 }
 
 cleanup() {
-	stop_vm "$server"
-	stop_vm "$client"
+	[ -z "$server" ] || stop_qemu "$server"
+	[ -z "$client" ] || stop_qemu "$client"
+	wait
 	rm -rf "$pair" "$cable"
 }
 
@@ -177,13 +169,14 @@ main() {
 	[ $# -gt 0 ] || usage
 	vm_prepare
 
+	trap cleanup EXIT
+	trap_signals
 	pair=$(mktemp -d "$vmdir/pair.XXXXXX")
 	cable=$(mktemp -d "${TMPDIR:-/tmp}/vm-pair.XXXXXX")
 	cable_plan
 	server=$pair/server
 	client=$pair/client
 	mkdir "$server" "$client"
-	trap cleanup EXIT
 	WIRE_ROLE=server VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
 		write_job "$@" >"$server/job.sh"
 	WIRE_ROLE=client VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
@@ -196,7 +189,7 @@ main() {
 		-netdev "$server_net" "${dump[@]}" &
 	server_pid=$!
 	if ! wait_for_cable "$server_pid"; then
-		stop_vm "$server"
+		stop_qemu "$server"
 		wait "$server_pid" || true
 		die "the server VM did not start listening on the cable" \
 			"($server_net); see the messages above"

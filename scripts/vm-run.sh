@@ -25,23 +25,36 @@ vm_prog=vm-run
 # shellcheck source=scripts/vm-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
+# Set in main, and read by the EXIT trap after main has returned.
+job=''
+
+cleanup() {
+	[ -n "$job" ] || return 0
+	stop_qemu "$job"
+	wait
+	rm -rf "$job"
+}
+
 main() {
-	local job status=0 rc
+	local status=0 rc
 	if [ $# -eq 0 ]; then
 		echo "usage: $0 CMD [ARGS...]" >&2
 		exit 2
 	fi
 	vm_prepare
 
+	trap cleanup EXIT
+	trap_signals
 	job=$(mktemp -d "$vmdir/job.XXXXXX")
-	trap 'rm -rf "$job"' EXIT
 	write_job "$@" >"$job/job.sh"
 
 	# qemu's stdout carries CMD's stdout, its stderr the guest's console
 	# (CMD's stderr, guest errors). "2>&1 >&3" swaps them so that the
 	# stderr also passes through a strip_cr before reaching our stderr.
-	{ boot_vm "$job" 2048 2 2>&1 >&3 3>&- |
-		strip_cr >&2; } 3>&1 | strip_cr || status=$?
+	# In the background, so that a signal stops the VM at once.
+	( { boot_vm "$job" 2048 2 -pidfile "$job/qemu.pid" 2>&1 >&3 3>&- |
+		strip_cr >&2; } 3>&1 | strip_cr ) &
+	wait $! || status=$?
 
 	rc=$(job_status "$job" "$status" "the VM" "$*") || exit 1
 	exit "$rc"

@@ -3,8 +3,9 @@
 # twins, a short fuzzing run of the message decoder, what scripts/deps.sh
 # and make doctor would do on each supported system, the end-to-end tests
 # on a real Soft-RoCE device (tests/host-mode.sh: make demo and tests/e2e.sh
-# as on a learner's machine), then server and client on two VMs joined by
-# one cable, with every packet checked (tests/wire.sh).
+# as on a learner's machine), the VMs stopped by signals
+# (tests/vm-interrupt.sh), then server and client on two VMs joined by one
+# cable, with every packet checked (tests/wire.sh).
 # Ends with the line "N passed, N failed"; exits non-zero if anything failed
 # or if the Soft-RoCE tests could not run: they are never skipped.  A test
 # that cannot run for this user (it needs root) says SKIP and why; under CI
@@ -46,6 +47,8 @@ else
 	run e2e env VM_PASS_ENV="SANITIZE CI" "$top/scripts/vm-run.sh" \
 		"$top/tests/host-mode.sh"
 fi
+# Cut short by Ctrl-C, SIGTERM or SIGHUP, the VMs leave nothing behind.
+run vm_interrupt "$top/tests/vm-interrupt.sh"
 run wire "$top/tests/wire.sh"
 
 passed=$(grep -c '^PASS ' "$log" || true)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The VMs cut short: scripts/vm-run.sh (make test or make demo where this
+# machine's kernel has no rdma_rxe) and scripts/vm-pair.sh (make wire)
+# stopped by Ctrl-C (SIGINT to the whole process group, as a terminal sends
+# it) or by SIGTERM or SIGHUP to the script alone.  Within seconds every
+# qemu must be gone, and the VMs' folders, and the script must end by that
+# signal (so that the make or shell that started it stops too).  Runs on
+# this machine, where the VMs would.
+# Prints "PASS name" or "FAIL name: why" per test.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/vm-lib.sh
+. "$top/scripts/vm-lib.sh"
+mkdir -p "$vmdir"
+out=$(mktemp -d "${TMPDIR:-/tmp}/vm-interrupt.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+# jobs_now: the VMs' folders there are.
+jobs_now() {
+	ls -d "$vmdir"/job.* "$vmdir"/pair.* 2>/dev/null || true
+}
+
+# test_vm_interrupt SCRIPT NAME SIGNAL group|alone: SCRIPT (vm-run or
+# vm-pair) running "sleep 600" in its VMs gets SIGNAL.
+test_vm_interrupt() {
+	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 before job='' run i
+	local status=0 pid='' why='' want log=$out/$1-$2.log
+	before=$(jobs_now)
+	# A process group of its own, as a terminal's job has (set -m; without
+	# it bash starts a background command with SIGINT ignored).
+	set -m
+	"$top/scripts/$script.sh" sleep 600 >"$log" 2>&1 &
+	run=$!
+	set +m
+	# Until a VM runs: its folder, and a qemu for it.
+	for ((i = 0; i < 600; i++)); do
+		job=$(comm -13 <(echo "$before") <(jobs_now) | head -n 1)
+		[ -z "$job" ] || pid=$(pgrep -f "vm_job=$job[/a-z]*( |$)" | head -n 1) || true
+		[ -n "$pid" ] && break
+		kill -0 "$run" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$pid" ]; then
+		kill -KILL -- "-$run" 2>/dev/null || true
+		echo "FAIL $name: the VM did not start: $(tail -n 3 "$log" | tr '\n' '|')"
+		return
+	fi
+	sleep 2 # into the guest's boot
+	{
+		if [ "$target" = group ]; then
+			kill -s "$sig" -- "-$run"
+		else
+			kill -s "$sig" "$run"
+		fi
+		for ((i = 0; i < 200; i++)); do
+			kill -0 "$run" || break
+			sleep 0.1
+		done
+		if kill -0 "$run"; then
+			why="$script.sh still runs 20 s after SIG$sig"
+			kill -KILL -- "-$run"
+		fi
+		wait "$run" || status=$?
+	} 2>/dev/null
+	want=$((128 + $(kill -l "$sig")))
+	if [ -z "$why" ] && pgrep -f "vm_job=$job[/a-z]*( |$)" >/dev/null; then
+		why="a qemu of its still runs"
+	elif [ -z "$why" ] && [ -e "$job" ]; then
+		why="its folder $job is still there"
+	elif [ -z "$why" ] && [ "$status" != "$want" ]; then
+		why="$script.sh exited $status, not by SIG$sig ($want)"
+	fi
+	if [ -n "$why" ]; then
+		echo "FAIL $name: $why: $(tail -n 3 "$log" | tr '\n' '|')"
+		pkill -KILL -f "vm_job=$job[/a-z]*( |$)" || true
+	else
+		echo "PASS $name"
+	fi
+}
+
+for script in vm-run vm-pair; do
+	test_vm_interrupt "$script" ctrl_c INT group
+	test_vm_interrupt "$script" sigterm TERM alone
+	test_vm_interrupt "$script" sighup HUP alone
+done
