@@ -20,8 +20,6 @@
  *                     with zeros to LEN bytes
  *   write:OFF:VALUE   RDMA WRITE the 32-bit VALUE at granted addr + OFF
  *                     (OFF in bytes, may be negative)
- *   writeto:ADDR:VALUE:RKEY
- *                     the same at address ADDR, with the key RKEY
  *   read:OFF          RDMA READ the 32 bits at granted addr + OFF
  *   ring:SEQ          a doorbell that writes nothing: an RDMA WRITE WITH
  *                     IMMEDIATE of no bytes, immediate SEQ, so that the
@@ -272,7 +270,7 @@ static int step_send(struct peer *p, uint32_t len, const struct ctrl_msg *msg)
 }
 
 static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
-		     uint32_t value, uint32_t rkey)
+		     uint32_t value)
 {
 	struct ibv_sge sge = { (uintptr_t)p->buf[2], 4, p->mr->lkey };
 	struct ibv_send_wr wr = {
@@ -281,7 +279,7 @@ static int step_rdma(struct peer *p, enum ibv_wr_opcode opcode, int64_t off,
 		.opcode = opcode,
 		.send_flags = IBV_SEND_SIGNALED,
 		.wr.rdma.remote_addr = p->addr + (uint64_t)off,
-		.wr.rdma.rkey = rkey,
+		.wr.rdma.rkey = p->rkey,
 	};
 	struct ibv_wc wc;
 	uint32_t be = htobe32(value);
@@ -432,13 +430,9 @@ static int step_run(struct peer *p, const char *step)
 		return step_send(p, (uint32_t)a, &msg);
 	}
 	if (sscanf(step, "write:%lli:%lli", &off, &a) == 2)
-		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a,
-				 p->rkey);
-	if (sscanf(step, "writeto:%lli:%lli:%lli", &a, &b, &c) == 3)
-		return step_rdma(p, IBV_WR_RDMA_WRITE, (int64_t)(a - p->addr),
-				 (uint32_t)b, (uint32_t)c);
+		return step_rdma(p, IBV_WR_RDMA_WRITE, off, (uint32_t)a);
 	if (sscanf(step, "read:%lli", &off) == 1)
-		return step_rdma(p, IBV_WR_RDMA_READ, off, 0, p->rkey);
+		return step_rdma(p, IBV_WR_RDMA_READ, off, 0);
 	if (sscanf(step, "ring:%lli", &a) == 1)
 		return step_ring(p, (uint32_t)a);
 	if (sscanf(step, "blind:%lli", &a) == 1 && a <= 64)
