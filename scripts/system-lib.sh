@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # system-lib.sh: which system this is, and its names for what the project
-# needs (scripts/packages.txt).  Sourced by deps.sh and doctor.sh.
+# needs (scripts/packages.txt).  Sourced by deps.sh, doctor.sh and vm-lib.sh.
 #
 #   read_os_release        sets os_id, os_like, os_version and os_name from
 #                          OS_RELEASE, else /etc/os-release (never run: read)
@@ -11,6 +11,8 @@
 #                          system's packages ("-", "!", or empty if none)
 #   packages_of NEED       the same, looked up by the row's need
 #   install_line PKG...    the command a user pastes to install them
+#   static_elf FILE        true if FILE is an x86-64 program that needs no
+#                          dynamic loader (no PT_INTERP program header)
 
 PACKAGES_TABLE=$(dirname "${BASH_SOURCE[0]}")/packages.txt
 
@@ -91,4 +93,21 @@ install_line() {
 	dnf) echo "sudo dnf install -y $*" ;;
 	*) echo "install $* with this system's package manager" ;;
 	esac
+}
+
+# ldd cannot tell: it exits 0 on a static-pie program (measured on Debian
+# 12: gcc -static-pie).  A program needs a loader if and only if one of its
+# program headers is PT_INTERP (3), which names it (elf(5)).
+static_elf() {
+	local f=$1 phoff size num i
+	[ -r "$f" ] || return 1
+	# "\177ELF", 64-bit (class 2), little-endian (data 1): x86-64's form.
+	[ "$(od -An -t x1 -N 6 "$f" | tr -d ' \n')" = 7f454c460201 ] || return 1
+	phoff=$(od -An -t u8 -j 32 -N 8 "$f" | tr -d ' ')
+	size=$(od -An -t u2 -j 54 -N 2 "$f" | tr -d ' ')
+	num=$(od -An -t u2 -j 56 -N 2 "$f" | tr -d ' ')
+	for ((i = 0; i < num; i++)); do
+		[ "$(od -An -t u4 -j $((phoff + i * size)) -N 4 "$f" | tr -d ' ')" != 3 ] ||
+			return 1
+	done
 }

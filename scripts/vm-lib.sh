@@ -15,6 +15,9 @@
 # boots under it, else TCG (software emulation); VM_ACCEL=kvm|tcg skips the
 # probe.
 
+# shellcheck source=scripts/system-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/system-lib.sh"
+
 # The name this script's messages start with: the caller's.
 vm_prog=${vm_prog:-vm-run}
 # modprobe and depmod live in /sbin, which a user's PATH may lack.
@@ -191,7 +194,7 @@ kernel_usable() {
 		return 1
 	fi
 	if [ ! -r "${root}boot/vmlinuz-$ver" ]; then
-		why_not="cannot read ${root}boot/vmlinuz-$ver (run as root)"
+		why_not="${root}boot/vmlinuz-$ver is readable by root only (as on Ubuntu): run as root, or make it readable (sudo chmod 0644 ${root}boot/vmlinuz-$ver)"
 		return 1
 	fi
 	if ! modprobe -d "$root" -S "$ver" --show-depends rdma_rxe >/dev/null 2>&1; then
@@ -248,7 +251,7 @@ check_prereqs() {
 	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
 	command -v cpio >/dev/null || missing+=(cpio)
 	# The guest runs busybox before it can reach any shared library.
-	if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
+	if [ ! -x /bin/busybox ] || ! static_elf /bin/busybox; then
 		missing+=("a statically linked /bin/busybox (busybox-static)")
 	fi
 	if [ "${#missing[@]}" -gt 0 ]; then
@@ -256,6 +259,8 @@ check_prereqs() {
 			"scripts/deps.sh vm installs them"
 	fi
 	if ! find_kernel; then
+		[ -z "$(boot_kernels)" ] || die "no kernel in /boot can boot the" \
+			"Soft-RoCE VM: each one's reason is above"
 		die "no kernel in /boot can boot the Soft-RoCE VM (it needs one" \
 			"with rdma_rxe): scripts/deps.sh vm-kernel installs one," \
 			"or scripts/vm-kernel.sh fetches one for VMs only"

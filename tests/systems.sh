@@ -213,7 +213,28 @@ test_make_names_the_package() {
 	fi
 }
 
+# The static-busybox probe (the VM's init runs busybox before any shared
+# library can be reached): a program with no loader passes, static-pie too
+# (where ldd exits 0), and one with a loader fails.
+test_static_probe() {
+	local t=static_busybox_probe why='' f
+	echo 'int main(void) { return 0; }' >"$work/hello.c"
+	cc -o "$work/dynamic" "$work/hello.c" &&
+		cc -static -o "$work/static" "$work/hello.c" &&
+		cc -static-pie -o "$work/static-pie" "$work/hello.c" ||
+		{ fail "$t" "cannot build the three test programs with cc"; return; }
+	# shellcheck source=scripts/system-lib.sh
+	. "$top/scripts/system-lib.sh"
+	for f in static static-pie; do
+		static_elf "$work/$f" || why+="$f taken for dynamic; "
+	done
+	! static_elf "$work/dynamic" || why+="dynamic taken for static; "
+	! static_elf "$top/tests/os-release/debian-12" || why+="a text file taken for a program; "
+	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+}
+
 test_deps
+test_static_probe
 test_make_names_the_package
 test_unknown_system
 test_not_root
