@@ -222,7 +222,9 @@ try_own() {
 	# Ubuntu keeps rdma_rxe in a package of its own for each kernel.
 	if [ "$(rxe_module)" = none ]; then
 		if ! err=$("$here/deps.sh" rxe 2>&1); then
-			why_not="this kernel ($(uname -r)) has no rdma_rxe module, and no package of this system adds it"
+			# deps.sh's last line says why: no package adds it, or
+			# the package manager's own error (no network, a lock).
+			why_not="this kernel ($(uname -r)) has no rdma_rxe module: ${err##*$'\n'}"
 			return 1
 		fi
 		[ -z "$err" ] || echo "$err" >&2
