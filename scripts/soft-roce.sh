@@ -154,17 +154,29 @@ remove_own() {
 	fi
 }
 
-# The EXIT trap: what this run made, then the modules it loaded, but
-# rdma_rxe only while no RDMA device is left (removing it would remove
-# another run's rxe device with it).
+# The EXIT trap: what this run made, then the modules it loaded, but none
+# that another run may still use.  Removing a module takes every device of
+# its kind with it, in use or not: dummy's exit unregisters its link type,
+# which deletes every dummy interface (drivers/net/dummy.c), and rdma_rxe's
+# unregisters every rxe device (drivers/infiniband/sw/rxe/rxe.c).
 cleanup() {
 	local m
 	remove_own "$OWN"
 	for m in "${loaded_modules[@]}"; do
-		if [ "$m" = rdma_rxe ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
-			say "leaving rdma_rxe loaded: an RDMA device still uses the kernel's RDMA stack"
-			continue
-		fi
+		case $m in
+		rdma_rxe)
+			[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || {
+				say "leaving rdma_rxe loaded: another RDMA device needs it"
+				continue
+			}
+			;;
+		dummy)
+			[ -z "$(ip -o link show type dummy 2>/dev/null)" ] || {
+				say "leaving dummy loaded: another dummy interface needs it"
+				continue
+			}
+			;;
+		esac
 		modprobe -r "$m" 2>/dev/null || true
 	done
 }

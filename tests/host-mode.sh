@@ -250,6 +250,51 @@ test_two_demos() {
 	modules_restore
 }
 
+# Two runs that overlap, the first to start ending first: it loaded the
+# modules, and must leave the second's device, interface and programs
+# working (removing the dummy module would delete every dummy interface).
+test_overlapping_runs() {
+	local t=overlapping_runs dir=$work/overlap before first second i why=''
+	mkdir "$dir"
+	modules_restore
+	before=$(machine_state)
+	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
+		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/first.log" 2>&1 &
+	first=$!
+	for ((i = 0; i < 300; i++)); do
+		[ -e "$dir/up" ] || [ ! -d "/proc/$first" ] && break
+		sleep 0.1
+	done
+	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" 7454 "$top" >"$dir/log" 2>&1 &
+	second=$!
+	for ((i = 0; i < 600; i++)); do
+		grep -q '^granted ' "$dir/client" 2>/dev/null && break
+		kill -0 "$second" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! grep -q '^granted ' "$dir/client" 2>/dev/null; then
+		why="the second run's client never streamed: $(tail -n 3 "$dir/log" | tr '\n' '|')"
+	fi
+	touch "$dir/end"
+	wait "$first" || why+="the first run failed: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
+	sleep 1
+	if [ -z "$why" ]; then
+		if ! grep -q '^soft-roce: mode: host (rxe_demo' "$dir/log"; then
+			why="the second run has no device of its own: $(grep '^soft-roce' "$dir/log" | tr '\n' '|')"
+		elif ! rdma link show "rxe_demo$second/1" >/dev/null 2>&1; then
+			why="the first run's end took the second's device: $(grep -h '^soft-roce' "$dir/first.log" "$dir/log" | tr '\n' '|')"
+		elif grep -q 'went away\|error' "$dir/server" "$dir/client"; then
+			why="the second run's programs failed: $(cat "$dir/server" "$dir/client" | tr '\n' '|')"
+		fi
+	fi
+	kill -TERM "$second" 2>/dev/null || true
+	wait "$second" 2>/dev/null || true
+	modules_restore
+	[ "$(machine_state)" = "$before" ] ||
+		why+="left behind: $(left_behind "$before" "$(machine_state)")"
+	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+}
+
 # modules_restore: the modules as they were for the tests that follow, if
 # no RDMA device needs them.
 modules_restore() {
@@ -300,6 +345,7 @@ if [ -z "$(active_ports)" ]; then
 	test_interrupt interrupt/sigterm TERM harness 7452
 	test_interrupt interrupt/sighup HUP harness 7453
 	test_two_demos
+	test_overlapping_runs
 	test_leftover
 fi
 test_e2e
