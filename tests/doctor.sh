@@ -20,6 +20,7 @@ NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 # command keeps the pid they were started with.
 as_user() {
 	nobody_cmd=(prlimit --memlock=$(($1 * 1024)) "${NOBODY[@]}")
+	open_copy
 }
 
 # doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output
@@ -106,7 +107,7 @@ memlock_server() {
 	local kib=$1 port=$2
 	rm -f "$work"/*.out "$work"/*.err
 	as_user "$kib"
-	"${nobody_cmd[@]}" "$top/rdma_srq_pool_server_ev" --port "$port" \
+	"${nobody_cmd[@]}" "$open_top/rdma_srq_pool_server_ev" --port "$port" \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	wait_for "$work/server.out" "^listen port=$port " 20 || return 200
@@ -121,7 +122,8 @@ test_doctor_memlock_too_low() {
 	local want="^FAIL memlock: ulimit -l is $kib KiB but the server pins ([0-9]+) KiB \\(its 4 MiB pool and buffers\\): ibv_reg_mr would fail with ENOMEM\$"
 	needs_root "$t" "run as another user (setpriv)" || return 0
 	as_user "$kib"
-	doctor_run lowdoc "${nobody_cmd[@]}" || status=$?
+	# As nobody, from the copy any user can read.
+	doctor=$open_top/scripts/doctor.sh doctor_run lowdoc "${nobody_cmd[@]}" || status=$?
 	line=$(grep '^FAIL memlock: ' "$work/lowdoc.out" || true)
 	if [ "$status" != 1 ]; then
 		fail "$t" "doctor exited $status, not 1"
@@ -160,7 +162,7 @@ test_doctor_memlock_enough() {
 		return
 	fi
 	as_user "$kib"
-	doctor_run enoughdoc "${nobody_cmd[@]}" || status=$?
+	doctor=$open_top/scripts/doctor.sh doctor_run enoughdoc "${nobody_cmd[@]}" || status=$?
 	if [ "$status" != 0 ]; then
 		fail "$t" "doctor exited $status: $(grep -A1 '^FAIL' "$work/enoughdoc.out" | tr '\n' '|')"
 		return

@@ -60,7 +60,18 @@ test_lib() {
 
 cleanup() {
 	[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
-	rm -rf "$work"
+	rm -rf "$work" "${open_top:-}"
+}
+
+# open_copy: sets open_top to a copy of the programs and scripts that any
+# user can read and run.  The tests that run one as nobody run it from
+# there: a clone under /root (mode 700) is closed to other users.
+open_copy() {
+	[ -z "${open_top:-}" ] || return 0
+	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
+	cp -a "$top"/rdma_pool_server "$top"/rdma_srq_pool_server_ev \
+		"$top"/rdma_pool_client "$top/scripts" "$open_top/"
+	chmod -R a+rX "$open_top"
 }
 
 # wait_for FILE REGEX SECONDS: true once a line of FILE matches REGEX.

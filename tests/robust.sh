@@ -71,10 +71,11 @@ test_server_args() {
 test_memlock() {
 	local s=$1 port=$2 t=$1/args/memlock_too_low pid status=0 i
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
+	open_copy
 	(
 		ulimit -l 1024
 		exec setpriv --reuid=nobody --regid=nogroup --clear-groups \
-			"$top/$s" --port "$port"
+			"$open_top/$s" --port "$port"
 	) >"$work/memlock.out" 2>"$work/memlock.err" &
 	pid=$!
 	wait_for "$work/memlock.out" "^listen port=$port " 20 || true
@@ -639,10 +640,11 @@ test_isolation() {
 test_isolation_unprivileged() {
 	local s=$1 port=$2 t=$1/isolation_mw/unprivileged pid
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
+	open_copy
 	rm -f "$work"/*.out "$work"/*.err
 	prlimit --memlock=$((2048 * 1024)) \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
-		"$top/$s" --port "$port" --isolation mw \
+		"$open_top/$s" --port "$port" --isolation mw \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	if ! wait_for "$work/server.out" "^listen port=$port " 20; then

@@ -15,7 +15,18 @@ fixtures=$top/tests/os-release
 deps=$top/scripts/deps.sh
 doctor=$top/scripts/doctor.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/systems.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+open_top=''
+trap 'rm -rf "$work" "$open_top"' EXIT
+
+# open_copy: sets open_top to a copy of the scripts and the os-release
+# files that any user can read: the tests that run as nobody run them from
+# there (a clone under /root, mode 700, is closed to other users).
+open_copy() {
+	[ -z "$open_top" ] || return 0
+	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
+	cp -a "$top/scripts" "$fixtures" "$open_top/"
+	chmod -R a+rX "$open_top"
+}
 passed=0
 failed=0
 # shellcheck source=scripts/rdma-lib.sh
@@ -106,12 +117,15 @@ test_unknown_system() {
 # paste, with sudo, and fails.
 test_not_root() {
 	local t=deps/not_root status=0 out=$work/user.out as_user=()
+	local open=$fixtures deps=$deps
 	if [ "$(id -u)" = 0 ]; then
 		as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+		open_copy
+		open=$open_top/os-release deps=$open_top/scripts/deps.sh
 	fi
 	# Without OS_RELEASE nothing may be missing here: hide a need by
 	# asking for a purpose through a system whose every need is missing.
-	OS_RELEASE=$fixtures/ubuntu-24.04 "${as_user[@]}" "$deps" fuzz >"$out" 2>&1 || status=$?
+	OS_RELEASE=$open/ubuntu-24.04 "${as_user[@]}" "$deps" fuzz >"$out" 2>&1 || status=$?
 	if [ "$status" != 1 ]; then
 		fail "$t" "exited $status, not 1: $(head -c 300 "$out")"
 	elif [ "$(grep -c '^  sudo ' "$out")" != 1 ] ||
@@ -177,9 +191,10 @@ test_doctor_container_memlock() {
 		echo "SKIP systems/$t: needs root, to run as another user with a low ulimit -l (prlimit, setpriv)"
 		return
 	fi
+	open_copy
 	container=docker prlimit --memlock=$((1024 * 1024)) \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
-		"$doctor" >"$work/memlock.out" 2>&1 || true
+		"$open_top/scripts/doctor.sh" >"$work/memlock.out" 2>&1 || true
 	line=$(grep -A1 '^FAIL memlock: ' "$work/memlock.out" | sed -n 's/^     fix: //p')
 	if [ "$line" = "a docker container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK" ]; then
 		pass "$t"
