@@ -19,6 +19,11 @@
 # Exits non-zero if a program fails or a doorbell arrives out of order or
 # with the wrong value: a fast run that broke the protocol measures nothing.
 set -euo pipefail
+# A command that fails unguarded ends the run (set -e): it says which, at
+# which line, and with which status (set -E: in functions and subshells
+# too), so that a run never ends with nothing but make's "Error 1".
+set -E
+trap 'echo "bench: stopped: line $LINENO: $BASH_COMMAND: exit status $?" >&2' ERR
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -448,7 +453,7 @@ clients_at_once() (
 		pids+=($!)
 	done
 	for pid in "${pids[@]}"; do
-		wait "$pid" || exit 1
+		wait "$pid" || { echo "bench: a client exited with status $?" >&2; exit 1; }
 	done
 )
 

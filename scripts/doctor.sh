@@ -105,7 +105,7 @@ fix_install() {
 # The module check.  "rdma link add ... type rxe" loads rdma_rxe by itself,
 # so a module on disk is as good as a loaded one.
 check_module() {
-	local what='kernel module rdma_rxe' how dev
+	local what='kernel module rdma_rxe' dev
 	for dev in "${devices[@]}"; do
 		# An rxe device names its netdev in "parent"; hardware has none.
 		if [ ! -e "$SYSFS/$dev/parent" ]; then
@@ -114,18 +114,16 @@ check_module() {
 			return
 		fi
 	done
-	if [ -d /sys/module/rdma_rxe ]; then
+	case $(rxe_module) in
+	loaded)
 		rxe_available=true
 		ok "$what" "loaded"
-		return
-	fi
-	how=$(modprobe --show-depends rdma_rxe 2>/dev/null | tail -n 1) || how=''
-	case $how in
-	builtin*)
+		;;
+	builtin)
 		rxe_available=true
 		ok "$what" "built into the kernel"
 		;;
-	insmod*)
+	on-disk)
 		rxe_available=true
 		ok "$what" "not loaded yet, but on disk ('rdma link add' loads it)"
 		;;
