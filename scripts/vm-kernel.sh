@@ -15,6 +15,7 @@
 set -euo pipefail
 
 vm_prog=vm-kernel
+DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 # shellcheck source=scripts/vm-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
@@ -41,7 +42,12 @@ main() {
 		die "depmod (kmod) is needed to index the kernel's modules"
 	apt=$KERNEL_CACHE/apt-$suite
 	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
-	echo "deb $(mirror) $suite main" >"$apt/sources.list"
+	# Debian's signatures, checked with Debian's keys alone: apt on
+	# another system (Ubuntu) trusts its own archive's keys, not these.
+	[ -r "$DEBIAN_KEYRING" ] || die "this fetches from Debian's archive," \
+		"whose keys ($DEBIAN_KEYRING) this system lacks: install the" \
+		"package debian-archive-keyring, or set VM_KERNEL to a kernel in /boot"
+	echo "deb [signed-by=$DEBIAN_KEYRING] $(mirror) $suite main" >"$apt/sources.list"
 	: >"$apt/status"
 	# Only our list, and no installed packages: what the suite holds.
 	opts=(-o "Dir::Etc::SourceList=$apt/sources.list"
