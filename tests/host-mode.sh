@@ -16,9 +16,12 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/rdma-lib.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/host-mode.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-failed=0
+passed=0 failed=0
 
-pass() { echo "PASS host_mode/$1"; }
+pass() {
+	echo "PASS host_mode/$1"
+	passed=$((passed + 1))
+}
 fail() {
 	echo "FAIL host_mode/$1: $2"
 	failed=$((failed + 1))
@@ -336,6 +339,7 @@ test_leftover() {
 if [ "$(id -u)" != 0 ] && [ -z "$(active_ports)" ]; then
 	# The Soft-RoCE tests are never skipped: a run without them is no pass.
 	echo "FAIL host_mode/soft_roce: no RDMA device, and only root can make one: run make test as root, which brings Soft-RoCE up itself"
+	echo "host_mode: 0 passed, 1 failed"
 	exit 1
 fi
 modules_before=$(machine_state | grep '^module' || true)
@@ -349,5 +353,9 @@ if [ -z "$(active_ports)" ]; then
 	test_leftover
 fi
 test_e2e
-echo "host_mode: $failed failed"
+# Every test of the stage, the end-to-end tests' among them.
+e2e_passed=$(grep -c '^PASS ' "$work/e2e.log" 2>/dev/null) || e2e_passed=0
+e2e_failed=$(grep -c '^FAIL ' "$work/e2e.log" 2>/dev/null) || e2e_failed=0
+passed=$((passed + e2e_passed)) failed=$((failed + e2e_failed))
+echo "host_mode: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -20,14 +20,31 @@ trap 'rm -f "$log"' EXIT
 failed_runs=0
 
 # run NAME CMD...: CMD's PASS/FAIL lines count; if it fails without saying
-# which test failed (it crashed, or the VM did), that is a failure too.
+# which test failed (it crashed, or the VM did), that is a failure too.  A
+# stage ends with "STAGE: N passed, N failed", counting every PASS and FAIL
+# line it printed: without it the stage stopped before its end, and with
+# other numbers some of its tests did not report; either is a failure,
+# whatever its exit status.
 run() {
-	local name=$1 status=0 before
+	local name=$1 status=0 before lines out summary p f
 	shift
 	before=$(grep -c '^FAIL ' "$log" || true)
+	lines=$(wc -l <"$log")
 	"$@" 2>&1 | tee -a "$log" || status=$?
 	if [ "$status" != 0 ] && [ "$(grep -c '^FAIL ' "$log" || true)" = "$before" ]; then
 		echo "FAIL $name: exited with status $status before its tests reported (see above)"
+		failed_runs=$((failed_runs + 1))
+		return
+	fi
+	out=$(tail -n "+$((lines + 1))" "$log")
+	summary=$(grep -E '^[a-z0-9_]+: [0-9]+ passed, [0-9]+ failed$' <<<"$out" | tail -n 1 || true)
+	p=$(grep -c '^PASS ' <<<"$out" || true)
+	f=$(grep -c '^FAIL ' <<<"$out" || true)
+	if [ -z "$summary" ]; then
+		echo "FAIL $name: it ended without its summary line (STAGE: N passed, N failed): not all of its tests ran"
+		failed_runs=$((failed_runs + 1))
+	elif [ "${summary#*: }" != "$p passed, $f failed" ]; then
+		echo "FAIL $name: its summary says '$summary', but it printed $p PASS and $f FAIL lines: not all of its tests reported"
 		failed_runs=$((failed_runs + 1))
 	fi
 }

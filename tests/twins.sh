@@ -38,7 +38,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failed=0
 
-pass() { echo "PASS twins/$1"; }
+passed=0
+pass() {
+	echo "PASS twins/$1"
+	passed=$((passed + 1))
+}
 fail() {
 	echo "FAIL twins/$1: $2"
 	failed=$((failed + 1))
@@ -136,5 +140,6 @@ if [ "$#" = 0 ]; then
 	else
 		fail catches_a_difference "a changed on_doorbell went unnoticed"
 	fi
+	echo "twins: $passed passed, $failed failed"
 fi
 [ "$failed" = 0 ]

@@ -6,7 +6,7 @@
 # qemu must be gone, and the VMs' folders, and the script must end by that
 # signal (so that the make or shell that started it stops too).  Runs on
 # this machine, where the VMs would.
-# Prints "PASS name" or "FAIL name: why" per test.
+# Prints "PASS name" or "FAIL name: why" per test, then the summary.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,6 +44,7 @@ test_vm_interrupt() {
 	if [ -z "$pid" ]; then
 		kill -KILL -- "-$run" 2>/dev/null || true
 		echo "FAIL $name: the VM did not start: $(tail -n 3 "$log" | tr '\n' '|')"
+		failed=$((failed + 1))
 		return
 	fi
 	sleep 2 # into the guest's boot
@@ -73,14 +74,19 @@ test_vm_interrupt() {
 	fi
 	if [ -n "$why" ]; then
 		echo "FAIL $name: $why: $(tail -n 3 "$log" | tr '\n' '|')"
+		failed=$((failed + 1))
 		pkill -KILL -f "vm_job=$job[/a-z]*( |$)" || true
 	else
 		echo "PASS $name"
+		passed=$((passed + 1))
 	fi
 }
 
+passed=0 failed=0
 for script in vm-run vm-pair; do
 	test_vm_interrupt "$script" ctrl_c INT group
 	test_vm_interrupt "$script" sigterm TERM alone
 	test_vm_interrupt "$script" sighup HUP alone
 done
+echo "vm_interrupt: $passed passed, $failed failed"
+[ "$failed" = 0 ]
