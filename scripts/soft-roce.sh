@@ -335,7 +335,7 @@ main() {
 	trap 'on_signal INT' INT
 	trap 'on_signal TERM' TERM
 	trap 'on_signal HUP' HUP
-	[ "$(id -u)" != 0 ] || sweep_leftovers
+	sweep_leftovers
 	if ! try_host; then
 		if [ "$mode" = auto ] && vm_possible; then
 			say "mode: vm (this kernel, $(uname -r), has no rdma_rxe)"
