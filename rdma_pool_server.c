@@ -422,7 +422,10 @@ static struct conn *conn_find(struct server *srv, uint32_t qp_num)
 	return NULL;
 }
 
-/* One completion; a receive's buffer goes back whatever it brought. */
+/* One completion; a receive's buffer goes back whatever it brought.  A
+ * doorbell counts even once its connection is closing: a receive completes
+ * successfully only before its QP enters the error state, so it landed
+ * before the QP broke (whose event may have been handled first). */
 static int on_completion(struct server *srv, const struct ibv_wc *wc)
 {
 	struct conn *conn = conn_find(srv, wc->qp_num);
@@ -433,7 +436,7 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
-	else if (!conn->closing && wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) /* even if closing */
 		on_doorbell(srv, conn, be32toh(wc->imm_data));
 
 	if (WRID_KIND(wc->wr_id) == WRID_RECV) {
