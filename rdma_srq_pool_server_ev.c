@@ -497,7 +497,7 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
-	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) /* even if closing */
+	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
 		on_doorbell(srv, conn, be32toh(wc->imm_data));
 
 	if (WRID_KIND(wc->wr_id) == WRID_RECV) {
