@@ -148,6 +148,9 @@ static int listen_open(struct server *srv)
 		return fail("rdma_create_id", errno);
 	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr))
 		return listen_fail(srv, errno);
+	/* Port 0 asks the CM for any free port, as bind(2) does for a
+	 * socket; the listen line tells clients which one it chose. */
+	srv->opt.port = ntohs(rdma_get_src_port(srv->listener));
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
 	say(&srv->out, "listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
@@ -780,7 +783,8 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: %s [options]\n"
-		"  -p, --port PORT        port to listen on (default %d)\n"
+		"  -p, --port PORT        port to listen on, 0 for any free one\n"
+		"                         (default %d)\n"
 		"      --pool-size BYTES  size of the pool, a multiple of %d\n"
 		"                         (default %u)\n"
 		"      --srq-depth N      receives kept posted (default %d)\n"
@@ -831,7 +835,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	       (c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			err = parse_number("port", optarg, 1, UINT16_MAX,
+			err = parse_number("port", optarg, 0, UINT16_MAX,
 					   &port);
 			break;
 		case 'P':

@@ -27,13 +27,15 @@ trap 'echo "bench: stopped: line $LINENO: $BASH_COMMAND: exit status $?" >&2' ER
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/system-lib.sh
+. "$top/scripts/system-lib.sh"
 
 smoke=0
 if [ "${1:-}" = --smoke ]; then
 	smoke=1
 	shift
 fi
-out=${1:-$top/bench-results}
+final=${1:-$top/bench-results}
 
 if [ "$smoke" = 1 ]; then
 	writes=300 ks=(16) windows=(1 4) rounds=1 step_k=16
@@ -73,20 +75,24 @@ scale_servers=("${servers[@]}")
 if [ "$smoke" = 1 ]; then
 	scale_servers=("$tick_server" "$ev_server")
 fi
-port=7700     # our servers'
-pt_port=18600 # perftest's, a fresh one per run
+port=         # the server's that runs: the CM picks it (--port 0)
+pt_port=18600 # perftest's, a fresh one per run (one bench at a time)
 
 # Scratch on the machine that runs the device (in the VM, its own tmpfs):
 # the servers print a line per doorbell, and where that goes is timed too.
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
+# What this run writes goes to a folder of its own, which takes FINAL's
+# place when the run ends, whole or not (its logs say why).
+out=$(run_dir "$final")
 server_pid=
 cleanup() {
 	[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
 	rm -rf "$work"
+	publish_dir "$out" "$final" ||
+		echo "bench: this run's results are in $out" >&2
 }
 trap cleanup EXIT
 mkdir -p "$out/logs"
-rm -f "$out"/*.tsv "$out"/*.dat "$out"/results.md "$out"/*.png "$out"/logs/*
 
 say() {
 	echo "bench: [${SECONDS}s] $*" >&2
@@ -95,6 +101,17 @@ die() {
 	say "$*"
 	exit 1
 }
+
+# One bench at a time on one machine: two would measure each other, and
+# their perftest runs would meet on one port.  (A lock file opened to read
+# can be locked too: a user can lock one that root made.)
+bench_lock=$(lock_dir)/rdma-pool-doorbell-bench.lock
+[ -e "$bench_lock" ] || : >"$bench_lock"
+exec {lock}<"$bench_lock"
+if ! flock -n "$lock"; then
+	say "another bench runs on this machine: waiting for it to end (two at once would measure each other)"
+	flock "$lock"
+fi
 
 # The round trip against the tick loop, and against the event-driven server
 # with each budget of hybrid polling (--busy-poll-us), then idle: the curve.
@@ -114,11 +131,11 @@ done
 # $work/server.out; returns once it listens.
 server_start() {
 	local i
-	port=$((port + 1))
-	"$top/$1" --port "$port" "${@:2}" >"$work/server.out" 2>"$work/server.err" &
+	"$top/$1" --port 0 "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	for ((i = 0; i < 200; i++)); do
-		grep -q '^listen ' "$work/server.out" && return 0
+		port=$(sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$work/server.out")
+		[ -z "$port" ] || return 0
 		kill -0 "$server_pid" 2>/dev/null || break
 		sleep 0.1
 	done

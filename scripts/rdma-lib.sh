@@ -74,8 +74,10 @@ rping_works() {
 	for _ in 1 2 3; do
 		# A port of its own each time: the one an earlier rping used can
 		# stay bound for a moment after it exits, and then this server
-		# cannot listen.
-		port=$((20000 + RANDOM % 20000))
+		# cannot listen.  Below 32768, where the kernel's local port
+		# range starts by default: the CM gives ports from that range to
+		# binds on port 0, as the tests' servers make.
+		port=$((20000 + RANDOM % 12768))
 		timeout 30 rping -s -a "$addr" -p "$port" -C 1 >/dev/null 2>&1 &
 		server=$!
 		# The client does not wait for the server to listen: retry while

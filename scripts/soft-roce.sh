@@ -36,6 +36,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/rdma-lib.sh
 . "$here/rdma-lib.sh"
+# shellcheck source=scripts/system-lib.sh
+. "$here/system-lib.sh"
 
 # Soft-RoCE's own interface and device: the same name for both, this
 # run's own.  (15 characters at most: "rxe_demo" and a PID of up to 7.)
@@ -122,15 +124,6 @@ own_address() {
 		return 0
 	done
 	return 1
-}
-
-# lock_dir: where this run's lock file goes (root's /run/lock, else /tmp).
-lock_dir() {
-	if [ -d /run/lock ] && [ -w /run/lock ]; then
-		echo /run/lock
-	else
-		echo "${TMPDIR:-/tmp}"
-	fi
 }
 
 # load MODULE: modprobe it, and remember to remove it at the end if it was

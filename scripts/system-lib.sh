@@ -13,6 +13,12 @@
 #   install_line PKG...    the command a user pastes to install them
 #   static_elf FILE        true if FILE is an x86-64 program that needs no
 #                          dynamic loader (no PT_INTERP program header)
+#   lock_dir               where a run's lock files go (root's /run/lock,
+#                          else TMPDIR or /tmp)
+#   run_dir FINAL          makes and prints a folder of this run's own
+#                          beside the folder FINAL (FINAL.run.XXXXXX)
+#   publish_dir RUN FINAL  RUN takes FINAL's place: FINAL always holds one
+#                          whole run, never two runs' files mixed
 
 PACKAGES_TABLE=$(dirname "${BASH_SOURCE[0]}")/packages.txt
 
@@ -110,4 +116,31 @@ static_elf() {
 		[ "$(od -An -t u4 -j $((phoff + i * size)) -N 4 "$f" | tr -d ' ')" != 3 ] ||
 			return 1
 	done
+}
+
+lock_dir() {
+	if [ -d /run/lock ] && [ -w /run/lock ]; then
+		echo /run/lock
+	else
+		echo "${TMPDIR:-/tmp}"
+	fi
+}
+
+# Two runs at once (two make bench, each in a VM of its own, writing to one
+# clone) each write into their own folder; the last to finish is what
+# FINAL holds.
+run_dir() {
+	local dir
+	mkdir -p "$(dirname "$1")" &&
+		dir=$(mktemp -d "$1.run.XXXXXX") &&
+		chmod 755 "$dir" &&
+		echo "$dir"
+}
+
+publish_dir() {
+	rm -rf "$1.old"
+	if [ -e "$2" ]; then
+		mv -T "$2" "$1.old" || return 1
+	fi
+	mv -T "$1" "$2" && rm -rf "$1.old"
 }

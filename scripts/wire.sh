@@ -15,7 +15,9 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=$top/wire-results
+# shellcheck source=scripts/system-lib.sh
+. "$top/scripts/system-lib.sh"
+final=$top/wire-results
 PORT=7471
 
 usage() {
@@ -103,8 +105,10 @@ tie() {
 main() {
 	local raw status=0
 	parse_options "$@"
-	rm -rf "$out"
-	mkdir -p "$out"
+	# This run's own folder, which takes wire-results/'s place when it
+	# ends: two runs at once never mix their files.
+	out=$(run_dir "$final")
+	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
 	echo "session $server $PORT $isolation $size $writes $every" >"$out/plan"
 
 	echo "== two VMs on one virtual cable: $server --isolation $isolation" \

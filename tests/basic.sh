@@ -150,11 +150,22 @@ latency_row_missing() {
 # reports must be there and positive, and both plots must be PNGs.
 # Measured on a quiet machine: about 50 s before the busy-poll rows and the
 # scaling rows, 96 s with them; the timeout only stops a hang.
+# Two run at once, into one folder: one waits for the other (one bench at a
+# time on a machine), both pass, and the folder is one run's, whole.
 test_bench_smoke() {
-	local t=bench_smoke dir=$work/bench status=0 why='' missing idle
-	timeout 900 "$top/scripts/bench.sh" --smoke "$dir" >"$work/bench.out" 2>&1 || status=$?
+	local t=bench_smoke dir=$work/bench status=0 status2=0 why='' missing idle pid
+	timeout 900 "$top/scripts/bench.sh" --smoke "$dir" >"$work/bench.out" 2>&1 &
+	pid=$!
+	timeout 900 "$top/scripts/bench.sh" --smoke "$dir" >"$work/bench2.out" 2>&1 || status2=$?
+	wait "$pid" || status=$?
 	if [ "$status" != 0 ]; then
 		why="bench.sh --smoke exited $status: $(tail -n 3 "$work/bench.out")"
+	elif [ "$status2" != 0 ]; then
+		why="a second bench.sh --smoke at once exited $status2: $(tail -n 3 "$work/bench2.out")"
+	elif ! grep -q '^bench: .* another bench runs on this machine: waiting' "$work/bench.out" "$work/bench2.out"; then
+		why="of two benches at once, neither said that it waited for the other"
+	elif compgen -G "$dir.run.*" >/dev/null; then
+		why="a run's own folder was left behind: $(echo "$dir".run.*)"
 	elif ! grep -Eq '^\| ib_write_bw -s 4 -R \| - \| [1-9][0-9]* \|' "$dir/results.md"; then
 		why="no ib_write_bw rate in results.md"
 	elif ! grep -Eq '^\| rdma_pool_client \| 16 \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \|$' "$dir/results.md"; then

@@ -9,7 +9,7 @@
  * (sent by the active side) and REP (sent by the passive side) messages.
  * Which QP each one is applied to is easy to get backwards, so this
  * measures it.  In one process, on the RDMA device that has ADDR: listen on
- * ADDR:PORT, connect to it with rdma_connect(CONNECT_RETRY, CONNECT_RNR),
+ * ADDR:PORT (PORT 0: one the CM picks), connect to it with rdma_connect(CONNECT_RETRY, CONNECT_RNR),
  * accept with rdma_accept(ACCEPT_RETRY, ACCEPT_RNR), wait until both sides
  * are ESTABLISHED, then ask the NIC for both QPs' attributes and print:
  *
@@ -94,7 +94,7 @@ static int args_parse(struct probe *pr, int argc, char **argv)
 		       argc - 1);
 		return -EINVAL;
 	}
-	if (parse_number("port", argv[2], 1, UINT16_MAX, &v))
+	if (parse_number("port", argv[2], 0, UINT16_MAX, &v))
 		return -EINVAL;
 	for (int i = 0; i < 4; i++) {
 		if (parse_number(what[i], argv[3 + i], 0, MAX_COUNT, &v))
@@ -184,6 +184,8 @@ static int listener_open(struct probe *pr, struct sockaddr *addr)
 		return fail("rdma_bind_addr", errno);
 	if (rdma_listen(pr->listener, 1))
 		return fail("rdma_listen", errno);
+	/* Port 0: the CM chose one; the active side connects to it. */
+	((struct sockaddr_in *)addr)->sin_port = rdma_get_src_port(pr->listener);
 	return 0;
 }
 

@@ -18,13 +18,11 @@
 #     SEND fails at once if rdma_accept() said rnr_retry_count 0, whatever
 #     rdma_connect() said, and waits for a receive if rdma_accept() said 7.
 
-CM_PROBE_PORT=7990
-
 # cm_probe_case CONNECT_RETRY CONNECT_RNR ACCEPT_RETRY ACCEPT_RNR ACK_TIMEOUT
 test_cm_probe_case() {
 	local a=$1 b=$2 c=$3 d=$4 ack=$5 t="cm_probe/connect_${1}_${2}_accept_${3}_${4}"
 	local out=$work/cm_probe.out status=0 passive
-	timeout 60 "$top/tests/cm_probe" "$RDMA_ADDR" "$CM_PROBE_PORT" \
+	timeout 60 "$top/tests/cm_probe" "$RDMA_ADDR" 0 \
 		"$a" "$b" "$c" "$d" "$ack" >"$out" 2>"$work/cm_probe.err" || status=$?
 	passive=$(grep '^passive ' "$out" || true)
 	if [ "$status" != 0 ]; then
@@ -45,7 +43,7 @@ test_cm_probe_case() {
 # pass) prints exactly LINES after the two QP lines.
 test_cm_send_case() {
 	local t=cm_probe/$1 out=$work/cm_send.out status=0 got
-	timeout 60 "$top/tests/cm_probe" --send "$RDMA_ADDR" "$CM_PROBE_PORT" \
+	timeout 60 "$top/tests/cm_probe" --send "$RDMA_ADDR" 0 \
 		6 "$2" 0 "$3" >"$out" 2>"$work/cm_send.err" || status=$?
 	got=$(grep '^send ' "$out" || true)
 	if [ "$status" != 0 ]; then

@@ -9,7 +9,6 @@ doctor=$top/scripts/doctor.sh
 DOCTOR_CHECKS=('kernel module rdma_rxe' 'RDMA device' 'link state'
 	'ibv_devinfo' 'IPv4 address' 'rdma_cm device node'
 	'uverbs device node' 'memlock' 'rping')
-MEMLOCK_PORT=7991
 doctor_need_kib='' # what the doctor says the server pins, once it has said
 # A user without CAP_IPC_LOCK, so that ulimit -l binds ibv_reg_mr: setpriv
 # drops root, and with it every capability.
@@ -98,20 +97,20 @@ test_doctor_no_device() {
 	fi
 }
 
-# memlock_server KIB PORT: the event-driven server (it pins the most: the
+# memlock_server KIB: the event-driven server (it pins the most: the
 # pool, receive and reply buffers) as nobody with ulimit -l KIB, and one
 # client against it.  Returns the client's exit status, or 200 if the
 # server never listened.  The server makes its verbs objects, and registers
 # its memory, only when the first client comes.
 memlock_server() {
-	local kib=$1 port=$2
+	local kib=$1
 	rm -f "$work"/*.out "$work"/*.err
 	as_user "$kib"
-	"${nobody_cmd[@]}" "$open_top/rdma_srq_pool_server_ev" --port "$port" \
+	"${nobody_cmd[@]}" "$open_top/rdma_srq_pool_server_ev" --port 0 \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	wait_for "$work/server.out" "^listen port=$port " 20 || return 200
-	run_client memlock "$port" "$RDMA_ADDR" 4096 -n 100 -k 10
+	server_port=$(listen_port "$work/server.out") || return 200
+	run_client memlock "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10
 }
 
 # Too little: just under the pool's 4 MiB.  The doctor says so, with what
@@ -136,7 +135,7 @@ test_doctor_memlock_too_low() {
 		fail "$t" "more than the memlock check failed: $(grep -A1 '^FAIL ' "$work/lowdoc.out" | tr '\n' '|')"
 	else
 		doctor_need_kib=${BASH_REMATCH[1]}
-		memlock_server "$kib" "$MEMLOCK_PORT" || cstatus=$?
+		memlock_server "$kib" || cstatus=$?
 		exit_status 20 || sstatus=$?
 		if [ "$cstatus" = 0 ]; then
 			fail "$t" "a client was served with ulimit -l $kib"
@@ -171,7 +170,7 @@ test_doctor_memlock_enough() {
 		fail "$t" "no 'ok   memlock: ulimit -l $kib KiB >= $kib KiB' line"
 		return
 	fi
-	memlock_server "$kib" "$MEMLOCK_PORT" || cstatus=$?
+	memlock_server "$kib" || cstatus=$?
 	if [ "$cstatus" = 200 ]; then
 		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
 	elif [ "$cstatus" != 0 ]; then

@@ -41,10 +41,10 @@ test_lib
 test_doctor
 test_cm_retry
 
-port=7471
 for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	# The protocol, as it should go.
-	if start_server "$server" "$port"; then
+	if start_server "$server"; then
+		port=$server_port
 		test_one_client "$server" "$port"
 		test_eight_clients "$server" "$port"
 		test_deny "$server/deny_size_0" "$port" 0 EINVAL
@@ -60,8 +60,8 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 
 	# Bad input and misbehaving peers, against one server that must
 	# survive all of it with nothing leaked.
-	port=$((port + 1))
-	if start_server "$server" "$port"; then
+	if start_server "$server"; then
+		port=$server_port
 		test_server_args "$server" "$port"
 		test_bad_messages "$server" "$port"
 		test_size_edges "$server" "$port"
@@ -74,18 +74,17 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	fi
 
 	# Each with a server of its own.
-	test_server_dies "$server" $((port + 1)) killed
-	test_server_dies "$server" $((port + 2)) stopped
-	test_max_conns "$server" $((port + 3))
-	test_load "$server" $((port + 4))
-	test_stuck_replies "$server" $((port + 7))
-	test_closed_before_established "$server" $((port + 8))
-	test_burst_at_the_limit "$server" $((port + 9))
-	test_isolation "$server" $((port + 5)) none
-	test_isolation "$server" $((port + 6)) mw
-	test_isolation_unprivileged "$server" $((port + 10))
-	test_hostile "$server" $((port + 11))
-	port=$((port + 18))
+	test_server_dies "$server" killed
+	test_server_dies "$server" stopped
+	test_max_conns "$server"
+	test_load "$server"
+	test_stuck_replies "$server"
+	test_closed_before_established "$server"
+	test_burst_at_the_limit "$server"
+	test_isolation "$server" none
+	test_isolation "$server" mw
+	test_isolation_unprivileged "$server"
+	test_hostile "$server"
 done
 test_client_args
 test_bench_smoke

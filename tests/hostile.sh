@@ -37,9 +37,10 @@ grant_of() {
 # With --max-conns 1, the server must close it after
 # --handshake-timeout-ms and then serve an ordinary client.
 test_handshake_deadline() {
-	local s=$1 port=$2 t=$1/handshake_deadline status=0
-	start_server "$s" "$port" --max-conns 1 --handshake-timeout-ms 1500 ||
+	local s=$1 t=$1/handshake_deadline status=0 port
+	start_server "$s" --max-conns 1 --handshake-timeout-ms 1500 ||
 		{ fail "$t" "server did not start"; return; }
+	port=$server_port
 	hostile_peer nortu "$port" --no-rtu sleep:30000
 	# Without the deadline, the connection would end only when the CM
 	# gave up resending its reply, with no such line.
@@ -59,9 +60,10 @@ test_handshake_deadline() {
 # machine that died would) must be found by the keepalive probe and closed;
 # a peer that is merely quiet must not be.
 test_keepalive() {
-	local s=$1 port=$2 t=$1/keepalive grant qp
-	start_server "$s" "$port" --keepalive-ms 1000 ||
+	local s=$1 t=$1/keepalive grant qp port
+	start_server "$s" --keepalive-ms 1000 ||
 		{ fail "$t" "server did not start"; return; }
+	port=$server_port
 	hostile_peer quiet "$port" req:4096 sleep:4000
 	grant=$(grant_of quiet) || { fail "$t" "the quiet peer got no slice"; return; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
@@ -94,9 +96,10 @@ test_keepalive() {
 # must close with a line saying why, not keep its place until the peer
 # leaves.
 test_broken_qp() {
-	local s=$1 port=$2 t=$1/broken_qp grant qp
-	start_server "$s" "$port" --keepalive-ms 1000 --isolation mw ||
+	local s=$1 t=$1/broken_qp grant qp port
+	start_server "$s" --keepalive-ms 1000 --isolation mw ||
 		{ fail "$t" "server did not start"; return; }
+	port=$server_port
 	hostile_peer broken "$port" req:4096 write:4096:1 sleep:30000
 	grant=$(grant_of broken) || { fail "$t" "the peer got no slice"; return; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
@@ -116,9 +119,10 @@ test_broken_qp() {
 # window whoever asks. The sender is closed and the victim's window bound
 # again with the same key, so its writes after the attack land.
 test_invalidate() {
-	local s=$1 port=$2 t=$1/invalidate grant qp rkey
-	start_server "$s" "$port" --isolation mw ||
+	local s=$1 t=$1/invalidate grant qp rkey port
+	start_server "$s" --isolation mw ||
 		{ fail "$t" "server did not start"; return; }
+	port=$server_port
 	rm -f "$work/go"
 	hostile_peer victim "$port" req:4096 wait:"$work/go" write:0:1 ring:1
 	local victim=$hostile_pid
@@ -148,10 +152,10 @@ test_invalidate() {
 
 # Settings the device cannot take are refused at start, by name.
 test_device_limits() {
-	local s=$1 port=$2
+	local s=$1
 	expect_error "$s/device_limits/srq_depth_beyond_cq" 20 \
 		'srq-depth 40000 .*need a CQ.*max_cqe' \
-		"$top/$s" --port "$port" --srq-depth 40000
+		"$top/$s" --port 0 --srq-depth 40000
 	if grep -q '^listen ' "$work/cmd.out"; then
 		fail "$s/device_limits/never_listens" "it listened first: $(head -n 1 "$work/cmd.out")"
 	else
@@ -159,30 +163,32 @@ test_device_limits() {
 	fi
 }
 
-# server_into_fifo PROGRAM PORT READER [OPTIONS...]: the server's stdout
-# into a FIFO that the shell command READER reads (its stdin); waits until
-# the server listens. READER writes what it read to $work/server.out.
+# server_into_fifo PROGRAM READER [OPTIONS...]: the server's stdout into a
+# FIFO that the shell command READER reads (its stdin); waits until the
+# server listens, as start_server does. READER writes what it read to
+# $work/server.out.
 server_into_fifo() {
-	local program=$1 port=$2 reader=$3
-	shift 3
+	local program=$1 reader=$2
+	shift 2
 	rm -f "$work"/*.out "$work"/*.err "$work/fifo"
 	mkfifo "$work/fifo"
 	bash -c "$reader" <"$work/fifo" >"$work/server.out" 2>/dev/null &
 	reader_pid=$!
-	"$top/$program" --port "$port" "$@" >"$work/fifo" 2>"$work/server.err" &
+	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$work/server.err" &
 	server_pid=$!
-	wait_for "$work/server.out" "^listen port=$port " 20
+	server_port=$(listen_port "$work/server.out")
 }
 
 # Whoever reads the server's stdout stops reading: the server must go on
 # serving (its lines dropped and counted), not block with its receives
 # unposted while every client meets "receiver not ready".
 test_output_stalled() {
-	local s=$1 port=$2 t=$1/output_stalled status=0
-	if ! server_into_fifo "$s" "$port" 'head -n 1; exec sleep 600'; then
+	local s=$1 t=$1/output_stalled status=0 port
+	if ! server_into_fifo "$s" 'head -n 1; exec sleep 600'; then
 		fail "$t" "server did not start"
 		return
 	fi
+	port=$server_port
 	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
 	run_client stalled "$port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
 	if [ "$status" = 0 ]; then
@@ -204,11 +210,12 @@ test_output_stalled() {
 # The reader of the server's stdout goes away: SIGPIPE would end the server
 # without its teardown. It must stop by itself, say why, and exit 1.
 test_output_gone() {
-	local s=$1 port=$2 t=$1/output_gone status=0
-	if ! server_into_fifo "$s" "$port" 'head -n 1'; then
+	local s=$1 t=$1/output_gone status=0 port
+	if ! server_into_fifo "$s" 'head -n 1'; then
 		fail "$t" "server did not start"
 		return
 	fi
+	port=$server_port
 	wait "$reader_pid" 2>/dev/null || true
 	run_client gone "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
 	stop_server || status=$?
@@ -219,13 +226,13 @@ test_output_gone() {
 	fi
 }
 
-# test_hostile SERVER PORT: uses ports PORT to PORT+6.
+# test_hostile SERVER: each test with a server of its own.
 test_hostile() {
-	test_handshake_deadline "$1" "$2"
-	test_keepalive "$1" $(($2 + 1))
-	test_broken_qp "$1" $(($2 + 2))
-	test_invalidate "$1" $(($2 + 3))
-	test_device_limits "$1" $(($2 + 4))
-	test_output_stalled "$1" $(($2 + 5))
-	test_output_gone "$1" $(($2 + 6))
+	test_handshake_deadline "$1"
+	test_keepalive "$1"
+	test_broken_qp "$1"
+	test_invalidate "$1"
+	test_device_limits "$1"
+	test_output_stalled "$1"
+	test_output_gone "$1"
 }

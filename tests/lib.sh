@@ -8,6 +8,7 @@ peer=$top/tests/ctrl_peer
 passed=0
 failed=0
 server_pid=
+server_port=
 
 # Each line ends with the seconds since the suite began, to see where the
 # time goes.
@@ -84,15 +85,24 @@ wait_for() {
 	return 1
 }
 
-# start_server PROGRAM PORT [OPTIONS...]: run it in the background, logging
-# to $work/server.out and .err, and wait until it listens.
+# listen_port FILE: waits up to 20 s for a server's "listen port=N" line in
+# FILE, and prints N.
+listen_port() {
+	wait_for "$1" '^listen port=[0-9]+ ' 20 &&
+		sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1"
+}
+
+# start_server PROGRAM [OPTIONS...]: run it in the background, logging to
+# $work/server.out and .err, and wait until it listens; server_port is then
+# its port.  The CM picks the port (--port 0), from the kernel's local port
+# range: two runs at once never meet, nor meet a fixed port below it.
 start_server() {
-	local program=$1 port=$2
-	shift 2
+	local program=$1
+	shift
 	rm -f "$work"/*.out "$work"/*.err
-	"$top/$program" --port "$port" "$@" >"$work/server.out" 2>"$work/server.err" &
+	"$top/$program" --port 0 "$@" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	wait_for "$work/server.out" "^listen port=$port " 20
+	server_port=$(listen_port "$work/server.out")
 }
 
 # stop_server: SIGINT, then its exit status (124 if it did not exit in 20 s).

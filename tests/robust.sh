@@ -38,6 +38,8 @@ test_client_args() {
 	expect_error "$t/window_0" 5 "bad window '0'" "$client" -w 0 "$RDMA_ADDR" 100
 	expect_error "$t/window_too_deep" 10 "need a send queue 4294967296 deep; $RDMA_DEV allows" "$client" -k 65536 -w 65536 "$RDMA_ADDR" 100
 	expect_error "$t/unresolvable_address" 10 "cannot resolve 'no-such-host.invalid'" "$client" no-such-host.invalid 100
+	# 7999 is below the kernel's local port range, where the CM finds
+	# the tests' servers a port (--port 0): none listens there.
 	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
 }
 
@@ -46,7 +48,15 @@ test_client_args() {
 # devices, in a private mount namespace, so that the real device is
 # untouched.
 test_server_args() {
-	local s=$1 port=$2 t=$1/args
+	local s=$1 port=$2 t=$1/args low high
+	# PORT came from the CM (start_server's --port 0): one of the
+	# kernel's local ports, as for a socket bound to port 0.
+	read -r low high </proc/sys/net/ipv4/ip_local_port_range
+	if ((low <= port && port <= high)); then
+		pass "$t/port_0_lets_the_cm_choose"
+	else
+		fail "$t/port_0_lets_the_cm_choose" "port $port is outside the local port range $low-$high"
+	fi
 	expect_error "$t/port_in_use" 10 "port $port is already in use" "$top/$s" --port "$port"
 	expect_error "$t/pool_not_multiple" 5 "bad pool size '5000': want a multiple of 4096" "$top/$s" --pool-size 5000
 	expect_error "$t/pool_zero" 5 "bad pool size '0'" "$top/$s" --pool-size 0
@@ -60,8 +70,8 @@ test_server_args() {
 		expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" \
 		unshare --mount sh -c \
 		'mount -t tmpfs none /sys/class/infiniband_verbs &&
-		 mount -t tmpfs none /dev/infiniband && exec "$0" --port 7998' "$top/$s"
-	test_memlock "$s" $((port + 100))
+		 mount -t tmpfs none /dev/infiniband && exec "$0" --port 0' "$top/$s"
+	test_memlock "$s"
 }
 
 # An ordinary user whose locked-memory limit (ulimit -l) is smaller than the
@@ -69,16 +79,16 @@ test_server_args() {
 # then rejects the client and exits 1. (Root is exempt from the limit, so
 # the server runs as nobody here.)
 test_memlock() {
-	local s=$1 port=$2 t=$1/args/memlock_too_low pid status=0 i
+	local s=$1 t=$1/args/memlock_too_low pid status=0 i port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
 	open_copy
 	(
 		ulimit -l 1024
 		exec setpriv --reuid=nobody --regid=nogroup --clear-groups \
-			"$open_top/$s" --port "$port"
+			"$open_top/$s" --port 0
 	) >"$work/memlock.out" 2>"$work/memlock.err" &
 	pid=$!
-	wait_for "$work/memlock.out" "^listen port=$port " 20 || true
+	port=$(listen_port "$work/memlock.out") || true
 	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
 	for ((i = 0; i < 100; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
@@ -299,8 +309,9 @@ test_cycles() {
 # Servers stopped under load: each streaming client reports the failed work
 # completion by its status name and exits non-zero within a few seconds.
 test_server_dies() {
-	local s=$1 port=$2 how=$3 t=$1/server_$3_under_load i pids=() status bad=''
-	start_server "$s" "$port" || { fail "$t" "server did not start"; return; }
+	local s=$1 how=$2 t=$1/server_$2_under_load i pids=() status bad='' port
+	start_server "$s" || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	for i in 0 1 2; do
 		run_client "load$i" "$port" "$RDMA_ADDR" 8192 -n 4000000 -k 64 &
 		pids+=("$!")
@@ -340,8 +351,9 @@ test_server_dies() {
 # connections until the test ends them (a fixed hold time can run out
 # first on a busy machine).
 test_max_conns() {
-	local s=$1 port=$2 t=$1/max_conns p1 p2
-	start_server "$s" "$port" --max-conns 2 || { fail "$t" "server did not start"; return; }
+	local s=$1 t=$1/max_conns p1 p2 port
+	start_server "$s" --max-conns 2 || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	timeout 120 "$peer" "$RDMA_ADDR" "$port" req:4096 sleep:100000 \
 		>"$work/hold1.out" 2>"$work/hold1.err" &
 	p1=$!
@@ -375,8 +387,9 @@ test_max_conns() {
 # itself, at once: with --max-conns 1 the next client is served while the
 # peer still holds its half-open connection.
 test_closed_before_established() {
-	local s=$1 port=$2 t=$1/closed_before_established pid
-	start_server "$s" "$port" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	local s=$1 t=$1/closed_before_established pid port
+	start_server "$s" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$port" \
 		send:200:0x52444d41:1:1:4096 sleep:30000 \
 		>"$work/nortu.out" 2>"$work/nortu.err" &
@@ -408,8 +421,9 @@ test_closed_before_established() {
 # LAST_WQE_REACHED). All twelve get in, the CQ never overruns (the server
 # would stop on IBV_EVENT_CQ_ERR) and nothing is lost.
 test_burst_at_the_limit() {
-	local s=$1 port=$2 t=$1/burst_at_the_limit i holders=() bad=''
-	start_server "$s" "$port" --max-conns 4 --srq-depth 16 || { fail "$t" "server did not start"; return; }
+	local s=$1 t=$1/burst_at_the_limit i holders=() bad='' port
+	start_server "$s" --max-conns 4 --srq-depth 16 || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	for i in 1 2 3; do
 		timeout 120 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$port" blind:8 sleep:100000 \
 			>"$work/holder$i.out" 2>"$work/holder$i.err" &
@@ -456,10 +470,11 @@ hw_counter() {
 # retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of 0.27 s). At nice 19:
 # 0.27 to 0.57 s, with 89 to 784 RNR NAKs, still some in every run.
 test_load() {
-	local s=$1 port=$2 t=$1/load_32_clients_srq_4 i pids=() bad='' want line
+	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line port
 	local -A before=() after=()
 	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
-	start_server "$s" "$port" --srq-depth 4 || { fail "$t" "server did not start"; return; }
+	start_server "$s" --srq-depth 4 || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
 		(
@@ -525,8 +540,9 @@ test_rnr_counters() {
 # it 8) and the SRQ would shrink. After more peers than that, ordinary
 # clients are served and nothing is lost.
 test_stuck_replies() {
-	local s=$1 port=$2 t=$1/stuck_replies i bad='' steps
-	start_server "$s" "$port" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	local s=$1 t=$1/stuck_replies i bad='' steps port
+	start_server "$s" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	for ((i = 1; i <= 9; i++)); do
 		stats_idle >/dev/null # the one connection it may have must be gone
 		steps=(blind:8)
@@ -556,8 +572,9 @@ test_stuck_replies() {
 # and the neighbour's data stays as it was. And no other key reaches the
 # pool: no region covers it.
 test_isolation() {
-	local s=$1 port=$2 mode=$3 t=$1/isolation_$3 owner want_write want_value pool mrs
-	start_server "$s" "$port" --isolation "$mode" || { fail "$t" "server did not start"; return; }
+	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs port
+	start_server "$s" --isolation "$mode" || { fail "$t" "server did not start"; return; }
+	port=$server_port
 	# The owner takes the first slice, writes 1025 into its slot 0, waits
 	# while the others try their luck, then rings doorbell 1025, which
 	# makes the server report what slot 0 (of 1024) holds, and last tries
@@ -638,16 +655,16 @@ test_isolation() {
 # full pool, is why it denies it (ENOMEM, the only status the protocol has
 # for "no memory").
 test_isolation_unprivileged() {
-	local s=$1 port=$2 t=$1/isolation_mw/unprivileged pid
+	local s=$1 t=$1/isolation_mw/unprivileged pid port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
 	open_copy
 	rm -f "$work"/*.out "$work"/*.err
 	prlimit --memlock=$((2048 * 1024)) \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
-		"$open_top/$s" --port "$port" --isolation mw \
+		"$open_top/$s" --port 0 --isolation mw \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	if ! wait_for "$work/server.out" "^listen port=$port " 20; then
+	if ! port=$(listen_port "$work/server.out"); then
 		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
 		return
 	fi
