@@ -6,8 +6,9 @@
 # as on a learner's machine), the VMs stopped by signals
 # (tests/vm-interrupt.sh), then server and client on two VMs joined by one
 # cable, with every packet checked (tests/wire.sh).
-# Ends with the line "N passed, N failed"; exits non-zero if anything failed
-# or if the Soft-RoCE tests could not run: they are never skipped.  A test
+# Every test tests/plan.txt names must report.  Ends with the line "N
+# passed, N failed"; exits non-zero if anything failed or if the Soft-RoCE
+# tests could not run: they are never skipped.  A test
 # that cannot run for this user (it needs root) says SKIP and why; under CI
 # (CI set), where everything runs as root, a SKIP counts as a failure.
 set -euo pipefail
@@ -45,6 +46,36 @@ run() {
 		failed_runs=$((failed_runs + 1))
 	elif [ "${summary#*: }" != "$p passed, $f failed" ]; then
 		echo "FAIL $name: its summary says '$summary', but it printed $p PASS and $f FAIL lines: not all of its tests reported"
+		failed_runs=$((failed_runs + 1))
+	fi
+	check_plan "$name" "$out"
+}
+
+# check_plan STAGE OUTPUT: every test tests/plan.txt names for STAGE
+# reported (PASS, FAIL, or SKIP of it or of a test it belongs to: SKIP a
+# covers a/b), and STAGE reported no test the plan lacks.  A stage that
+# stopped early, or a test left out by a change, fails here by name.
+check_plan() {
+	local stage=$1 reported planned missing extra
+	reported=$(sed -nE 's/^(PASS|FAIL|SKIP) ([^ :]+).*/\1 \2/p' <<<"$2" | sort -u)
+	planned=$(awk -v s="$stage" '$1 == s { print $2 }' "$top/tests/plan.txt")
+	missing=$(awk 'NR == FNR { if ($1 == "SKIP") skip[$2]; else seen[$2]; next }
+		{ name = $0
+		  if (name in seen) next
+		  for (p = name; ; sub("/[^/]*$", "", p)) {
+			if (p in skip) next
+			if (p !~ "/") break
+		  }
+		  print name }' <(echo "$reported") <(echo "$planned") | sed '/^$/d')
+	extra=$(awk 'NR == FNR { planned[$1]; next }
+		$1 != "SKIP" && !($2 in planned) { print $2 }' \
+		<(echo "$planned") <(echo "$reported") | sed '/^$/d')
+	if [ -n "$missing" ]; then
+		echo "FAIL $stage: $(wc -l <<<"$missing") of the tests tests/plan.txt names for it did not report: $(head -n 5 <<<"$missing" | paste -sd' ')"
+		failed_runs=$((failed_runs + 1))
+	fi
+	if [ -n "$extra" ]; then
+		echo "FAIL $stage: tests that tests/plan.txt does not name (add them there): $(head -n 5 <<<"$extra" | paste -sd' ')"
 		failed_runs=$((failed_runs + 1))
 	fi
 }
