@@ -4,7 +4,9 @@
 # installed and nothing is changed: deps.sh --dry-run prints the command it
 # would run there, and the doctor is run where rdma_rxe is missing, as on
 # Ubuntu without linux-modules-extra, on Fedora without kernel-modules-extra,
-# or in a container, to see the fix it gives each.
+# or in a container, to see the fix it gives each.  On this system itself,
+# dpkg is asked whether each package of scripts/packages.txt brings what
+# the table says it brings.
 #
 # Prints "PASS name" or "FAIL name: why" per test, "SKIP name: why" where
 # this user cannot run it.
@@ -248,7 +250,79 @@ test_static_probe() {
 	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
 }
 
+# table_meaning TABLE: for each need of TABLE whose probe finds a file here
+# (a command, a pkg-config module, a file), whether the package TABLE names
+# for this system brings that file: it has it, or it depends on a package
+# that has it (gcc on gcc-12, which has cc).  Prints "checked N" and a line
+# per need where that is not so.  Asks dpkg and apt, for the packages
+# installed here; a need not installed here is not asked.
+table_meaning() (
+	# shellcheck source=scripts/system-lib.sh
+	. "$top/scripts/system-lib.sh"
+	PACKAGES_TABLE=$1
+	read_os_release
+	local need probe f owner pkgs brought checked=0 p q
+	while read -r _ need probe _; do
+		case $probe in
+		cmd:*) f=$(command -v "${probe#cmd:}") || continue ;;
+		pc:*) f=$(pkg-config --variable=pcfiledir "${probe#pc:}" 2>/dev/null)/${probe#pc:}.pc ;;
+		file:*) f=$(for p in ${probe//,/ }; do compgen -G "${p#file:}"; done | head -n 1) ;;
+		*) continue ;;
+		esac
+		[ -n "$f" ] && [ -e "$f" ] || continue
+		# dpkg knows each file by the path its package ships, which
+		# may be a link's, and /bin/x rather than /usr/bin/x.
+		owner=''
+		for p in "$(readlink -f "$f")" "$f"; do
+			for q in "$p" "${p#/usr}"; do
+				owner=$(dpkg-query -S "$q" 2>/dev/null) && break 2
+			done
+		done
+		owner=${owner%%:*}   # "PACKAGE: PATH", the first if several
+		pkgs=$(packages_of "$need")
+		# shellcheck disable=SC2086 # package names are words
+		brought=$(apt-cache depends --recurse --installed --no-recommends \
+			--no-suggests --no-conflicts --no-breaks --no-replaces \
+			--no-enhances $pkgs 2>/dev/null | grep -v '^ ')
+		checked=$((checked + 1))
+		if [ -z "$owner" ]; then
+			echo "$need: no package here has $f"
+		elif ! grep -qxF "$owner" <<<"$brought"; then
+			echo "$need: the table says $pkgs, but $f is $owner's"
+		fi
+	done < <(grep -v '^#' "$PACKAGES_TABLE")
+	echo "checked $checked"
+)
+
+# The table says what each package brings; on this system, dpkg says what
+# it has.  The build and run needs are always installed by make test (13
+# of them); a table with one wrong package is caught.
+test_table_meaning() {
+	local t=packages/bring_what_they_say out checked
+	if ! command -v dpkg-query >/dev/null || ! command -v apt-cache >/dev/null; then
+		echo "SKIP systems/$t: asks dpkg which package has each file, and this system has none"
+		return
+	fi
+	out=$(table_meaning "$top/scripts/packages.txt")
+	checked=$(sed -n 's/^checked //p' <<<"$out")
+	if [ "$(grep -vc '^checked ' <<<"$out")" != 0 ]; then
+		fail "$t" "$(grep -v '^checked ' <<<"$out" | paste -sd';')"
+	elif [ "$checked" -lt 13 ]; then
+		fail "$t" "only $checked needs are installed here, not every build and run need"
+	else
+		pass "$t"
+	fi
+	sed 's/debian=rdmacm-utils/debian=perftest/' "$top/scripts/packages.txt" >"$work/wrong.txt"
+	out=$(table_meaning "$work/wrong.txt")
+	if grep -qx "rping: the table says perftest, but $(command -v rping) is rdmacm-utils's" <<<"$out"; then
+		pass "$t/catches_a_wrong_package"
+	else
+		fail "$t/catches_a_wrong_package" "rping given perftest's package was not caught: $(paste -sd';' <<<"$out")"
+	fi
+}
+
 test_deps
+test_table_meaning
 test_static_probe
 test_make_names_the_package
 test_unknown_system
