@@ -29,6 +29,8 @@ trap 'echo "bench: stopped: line $LINENO: $BASH_COMMAND: exit status $?" >&2' ER
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/system-lib.sh
 . "$top/scripts/system-lib.sh"
+# shellcheck source=scripts/program-lib.sh
+. "$top/scripts/program-lib.sh"
 
 smoke=0
 if [ "${1:-}" = --smoke ]; then
@@ -135,21 +137,14 @@ done
 # server_start PROGRAM [OPTIONS...]: in the background, logging to
 # $work/server.out; returns once it listens.
 server_start() {
-	local i
 	"$top/$1" --port 0 "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	for ((i = 0; i < 200; i++)); do
-		port=$(sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$work/server.out")
-		[ -z "$port" ] || return 0
-		kill -0 "$server_pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	die "$* did not listen: $(cat "$work/server.err")"
+	port=$(listen_port "$work/server.out" "$server_pid") ||
+		die "$* did not listen: $(cat "$work/server.err")"
 }
 
 server_stop() {
-	kill -INT "$server_pid"
-	wait "$server_pid" || die "the server exited with status $?"
+	stop_program "$server_pid" || die "the server exited with status $?"
 	server_pid=
 	cat "$work/server.out" >>"$out/logs/servers.out"
 }

@@ -9,6 +9,8 @@ set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/program-lib.sh
+. "$top/scripts/program-lib.sh"
 server=${DEMO_SERVER:-rdma_srq_pool_server_ev}
 client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100 --step)
 port=7471
@@ -23,20 +25,16 @@ cleanup() {
 trap cleanup EXIT
 out=$(mktemp -d)
 
-# until_line FILE REGEX [PID]: wait (20 s at most, and only while process
-# PID runs) for a line of FILE matching REGEX.
+# until_line FILE REGEX PID: wait (20 s at most, and only while process
+# PID runs) for a line of FILE matching REGEX, or say what did not come.
 until_line() {
-	local i
-	for ((i = 0; i < 200; i++)); do
-		grep -Eq "$2" "$1" 2>/dev/null && return 0
-		if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then
-			grep -Eq "$2" "$1" 2>/dev/null && return 0
-			echo "demo: it ended before a line matching '$2'" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	echo "demo: no line matching '$2' in 20 s" >&2
+	local status=0
+	await_line "$1" "$2" 20 "$3" || status=$?
+	case $status in
+	0) return 0 ;;
+	2) echo "demo: it ended before a line matching '$2'" >&2 ;;
+	*) echo "demo: no line matching '$2' in 20 s" >&2 ;;
+	esac
 	return 1
 }
 
@@ -120,11 +118,10 @@ until_line "$out/server" '^destroy ' "$server_pid"
 echo "== the kernel, once the server destroyed that QP: nothing of the client"
 kernel_view qp mr
 
-kill -INT "$server_pid"
-wait "$server_pid" || status=$?
+stop_program "$server_pid" || status=$?
+server_pid=
 echo "== the kernel, after the server's exit: nothing left"
 kernel_view cm_id qp mr
-server_pid=
 echo
 echo "== server: $server (stopped with SIGINT)"
 cat "$out/server"

@@ -22,6 +22,8 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${RDMA_ADDR:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR}"
 : "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
+# shellcheck source=scripts/program-lib.sh
+. "$top/scripts/program-lib.sh"
 dir=${1:?usage: wire-session.sh DIR}
 READY_TIMEOUT=120 # seconds for the other VM to boot and its servers to listen
 CLIENT_TIMEOUT=120
@@ -61,28 +63,6 @@ await() {
 	give_up "no '$1' from the other VM within $2 s"
 }
 
-# wait_for FILE REGEX SECONDS: true once a line of FILE matches REGEX.
-wait_for() {
-	local end=$((SECONDS + $3))
-	while ((SECONDS < end)); do
-		grep -Eq "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
-# wait_listen PID DIR PORT: true once the server PID says it listens on
-# PORT (in DIR/server.out); false if it exits first, or after 20 s.
-wait_listen() {
-	local end=$((SECONDS + 20))
-	while ((SECONDS < end)); do
-		grep -q "^listen port=$3 " "$2/server.out" && return 0
-		kill -0 "$1" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
 # The plan's lines, checked before anything starts.
 read_plan() {
 	local name server port isolation size writes every extra
@@ -98,22 +78,6 @@ read_plan() {
 	done <"$dir/plan"
 }
 
-# stop PID: SIGINT, then the server's exit status (124 if it did not exit
-# within 20 s, like tests/lib.sh's stop_server).
-stop() {
-	local end=$((SECONDS + 20)) status=0
-	kill -INT "$1"
-	while ((SECONDS < end)); do
-		if ! kill -0 "$1" 2>/dev/null; then
-			wait "$1" || status=$?
-			return "$status"
-		fi
-		sleep 0.1
-	done
-	kill -KILL "$1"
-	return 124
-}
-
 serve() {
 	local name server port isolation pids=() i=0 status
 	while read -r name server port isolation _; do
@@ -121,7 +85,7 @@ serve() {
 		"$top/$server" --port "$port" --isolation "$isolation" \
 			</dev/null >"$dir/$name/server.out" 2>"$dir/$name/server.err" &
 		pids+=("$!")
-		wait_listen "$!" "$dir/$name" "$port" ||
+		[ "$(listen_port "$dir/$name/server.out" "$!")" = "$port" ] ||
 			give_up "$server did not listen on port $port:" \
 				"$(head -c 300 "$dir/$name/server.err")"
 		say "$server listens on port $port (--isolation $isolation)"
@@ -131,7 +95,7 @@ serve() {
 	await finished "$DONE_TIMEOUT"
 	while read -r name server _; do
 		status=0
-		stop "${pids[$i]}" || status=$?
+		stop_program "${pids[$i]}" || status=$?
 		echo "$status" >"$dir/$name/server.status"
 		say "$server stopped with SIGINT, exit status $status"
 		i=$((i + 1))
@@ -153,7 +117,7 @@ connect() {
 		say "exit status $status"
 		# The next session starts once this one's disconnect is over on
 		# both sides, so that sessions do not overlap on the cable.
-		wait_for "$dir/$name/server.out" '^disconnect ' 10 ||
+		await_line "$dir/$name/server.out" '^disconnect ' 10 ||
 			say "no disconnect line from $server within 10 s"
 	done <"$dir/plan"
 	mark finished

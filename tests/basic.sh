@@ -47,7 +47,7 @@ test_lapping() {
 	local t=$1/lapping port=$2 status=0 addr rkey grant qp counts pid
 	run_client lap "$port" "$RDMA_ADDR" 4096 -n 200000 -k 512 -w 4 --quiet &
 	pid=$!
-	if wait_for "$work/lap.out" '^granted ' 20; then
+	if await_line "$work/lap.out" '^granted ' 20; then
 		kill -STOP "$server_pid"
 		sleep 1
 		kill -CONT "$server_pid"

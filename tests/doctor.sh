@@ -33,19 +33,10 @@ doctor_run() {
 # exit_status SECONDS: the server's exit status once it has exited by
 # itself, or 124 if it is still running after SECONDS (it is then killed).
 exit_status() {
-	local i status=0
-	for ((i = 0; i < $1 * 10; i++)); do
-		if ! kill -0 "$server_pid" 2>/dev/null; then
-			wait "$server_pid" || status=$?
-			server_pid=
-			return "$status"
-		fi
-		sleep 0.1
-	done
-	kill -KILL "$server_pid" 2>/dev/null || true
-	wait "$server_pid" || true
+	local status=0
+	await_exit "$server_pid" "$1" || status=$?
 	server_pid=
-	return 124
+	return "$status"
 }
 
 # Every check ok, in order, and the address it found is the one the tests
@@ -109,7 +100,7 @@ memlock_server() {
 	"${nobody_cmd[@]}" "$open_top/rdma_srq_pool_server_ev" --port 0 \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	server_port=$(listen_port "$work/server.out") || return 200
+	server_port=$(listen_port "$work/server.out" "$server_pid") || return 200
 	run_client memlock "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10
 }
 

@@ -89,5 +89,4 @@ done
 test_client_args
 test_bench_smoke
 
-echo "e2e: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+report_end e2e

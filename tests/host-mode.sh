@@ -16,16 +16,9 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/rdma-lib.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/host-mode.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-
-pass() {
-	echo "PASS host_mode/$1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAIL host_mode/$1: $2"
-	failed=$((failed + 1))
-}
+report_prefix=host_mode/
+# shellcheck source=tests/report-lib.sh
+. "$top/tests/report-lib.sh"
 
 # What the harness may create, and must remove again: rdma links,
 # network interfaces, and the modules it loads.
@@ -138,10 +131,11 @@ left_behind() {
 cat >"$work/long-run.sh" <<'EOF'
 #!/usr/bin/env bash
 dir=$1 top=$2
+. "$top/scripts/program-lib.sh"
 "$top/rdma_pool_server" --port 0 >"$dir/server" 2>&1 &
 echo $! >"$dir/server.pid"
-until grep -q '^listen ' "$dir/server"; do sleep 0.1; done
-port=$(sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$dir/server")
+port=$(listen_port "$dir/server" "$!") || exit 1
+echo "$port" >"$dir/port"
 timeout 300 "$top/rdma_pool_client" "$RDMA_ADDR" 4096 --port "$port" \
 	--writes 2000000000 >"$dir/client" 2>&1
 wait
@@ -153,7 +147,7 @@ chmod +x "$work/long-run.sh"
 # or the port the CM gave the server.
 ours() {
 	local port pid
-	port=$(sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1/server" 2>/dev/null)
+	port=$(cat "$1/port" 2>/dev/null) || true
 	pid=$(cat "$1/server.pid" 2>/dev/null) || true
 	{
 		pgrep -af -- "$1${port:+|--port $port( |\$)}" | grep -v pgrep
@@ -371,5 +365,4 @@ test_e2e
 e2e_passed=$(grep -c '^PASS ' "$work/e2e.log" 2>/dev/null) || e2e_passed=0
 e2e_failed=$(grep -c '^FAIL ' "$work/e2e.log" 2>/dev/null) || e2e_failed=0
 passed=$((passed + e2e_passed)) failed=$((failed + e2e_failed))
-echo "host_mode: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+report_end host_mode

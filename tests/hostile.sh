@@ -27,7 +27,7 @@ hostile_end() {
 # grant_of NAME: the server's grant line for peer NAME's slice (by its key).
 grant_of() {
 	local rkey
-	wait_for "$work/$1.out" '^reply status=0 ' 20 || return 1
+	await_line "$work/$1.out" '^reply status=0 ' 20 || return 1
 	rkey=$(sed -n 's/^reply status=0 .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$work/$1.out")
 	grep -x "grant qp=0x[0-9a-f]* addr=0x[0-9a-f]* rkey=$rkey size=[0-9]*" "$work/server.out" | tail -n 1
 }
@@ -44,7 +44,7 @@ test_handshake_deadline() {
 	hostile_peer nortu "$port" --no-rtu sleep:30000
 	# Without the deadline, the connection would end only when the CM
 	# gave up resending its reply, with no such line.
-	if wait_for "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20; then
+	if await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20; then
 		pass "$t/closed_in_time"
 	else
 		fail "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s"
@@ -70,7 +70,7 @@ test_keepalive() {
 	wait "$hostile_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
 		fail "$t/quiet_is_no_reason" "$(grep "^close $qp " "$work/server.out")"
-	elif ! grep -qx "disconnect $qp" "$work/server.out" && ! wait_for "$work/server.out" "^disconnect $qp\$" 10; then
+	elif ! grep -qx "disconnect $qp" "$work/server.out" && ! await_line "$work/server.out" "^disconnect $qp\$" 10; then
 		fail "$t/quiet_is_no_reason" "the quiet peer's own disconnect was not seen"
 	else
 		pass "$t/quiet_is_no_reason"
@@ -79,8 +79,8 @@ test_keepalive() {
 	hostile_peer gone "$port" req:4096 vanish sleep:30000
 	grant=$(grant_of gone) || { fail "$t" "the vanishing peer got no slice"; return; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
-	wait_for "$work/gone.out" '^vanished$' 10 || true
-	if wait_for "$work/server.out" "^close $qp reason=peer_silent\$" 8; then
+	await_line "$work/gone.out" '^vanished$' 10 || true
+	if await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8; then
 		pass "$t/vanished_peer_closed"
 	else
 		fail "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s"
@@ -103,9 +103,9 @@ test_broken_qp() {
 	hostile_peer broken "$port" req:4096 write:4096:1 sleep:30000
 	grant=$(grant_of broken) || { fail "$t" "the peer got no slice"; return; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
-	if ! wait_for "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
+	if ! await_line "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
 		fail "$t/closed_with_reason" "the write outside was not refused: $(cat "$work/broken.out")"
-	elif wait_for "$work/server.out" "^close $qp reason=qp_error\$" 8; then
+	elif await_line "$work/server.out" "^close $qp reason=qp_error\$" 8; then
 		pass "$t/closed_with_reason"
 	else
 		fail "$t/closed_with_reason" "no 'close $qp reason=qp_error' within 8 s"
@@ -131,9 +131,9 @@ test_invalidate() {
 	rkey=$(echo "$grant" | sed 's/.* rkey=\(0x[0-9a-f]*\) .*/\1/')
 	timeout 60 "$peer" "$RDMA_ADDR" "$port" sendinv:"$rkey" \
 		>"$work/attacker.out" 2>"$work/attacker.err" || true
-	if ! wait_for "$work/server.out" '^close qp=0x[0-9a-f]+ reason=invalidate$' 10; then
+	if ! await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=invalidate$' 10; then
 		fail "$t/attacker_closed" "no 'close ... reason=invalidate': $(cat "$work/attacker.out" "$work/attacker.err")"
-	elif ! wait_for "$work/server.out" "^rebind $qp rkey=$rkey\$" 5; then
+	elif ! await_line "$work/server.out" "^rebind $qp rkey=$rkey\$" 5; then
 		fail "$t/attacker_closed" "closed, but no 'rebind $qp rkey=$rkey' for the victim"
 	else
 		pass "$t/attacker_closed"
@@ -141,7 +141,7 @@ test_invalidate() {
 	touch "$work/go"
 	wait "$victim" || true
 	if grep -qx 'write off=0 status=IBV_WC_SUCCESS' "$work/victim.out" &&
-		wait_for "$work/server.out" "^doorbell $qp seq=1 value=1 ok\$" 10; then
+		await_line "$work/server.out" "^doorbell $qp seq=1 value=1 ok\$" 10; then
 		pass "$t/victim_writes_after"
 	else
 		fail "$t/victim_writes_after" "the victim's write after the attack: $(cat "$work/victim.out" "$work/victim.err")"
@@ -176,7 +176,7 @@ server_into_fifo() {
 	reader_pid=$!
 	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$work/server.err" &
 	server_pid=$!
-	server_port=$(listen_port "$work/server.out")
+	server_port=$(listen_port "$work/server.out" "$server_pid")
 }
 
 # Whoever reads the server's stdout stops reading: the server must go on

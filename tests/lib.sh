@@ -3,31 +3,26 @@
 # running clients, and reading what both sides printed. Sourced by e2e.sh,
 # which sets top, work (a scratch directory) and RDMA_ADDR.
 
+# shellcheck source=tests/report-lib.sh
+. "$top/tests/report-lib.sh"
+# shellcheck source=scripts/program-lib.sh
+. "$top/scripts/program-lib.sh"
+
 client=$top/rdma_pool_client
 peer=$top/tests/ctrl_peer
-passed=0
-failed=0
 server_pid=
 server_port=
 
-# Each line ends with the seconds since the suite began, to see where the
-# time goes.
-pass() {
-	echo "PASS $1 [${SECONDS}s]"
-	passed=$((passed + 1))
-}
-fail() {
+# After a FAIL line (tests/report-lib.sh), what the programs said, for
+# whoever reads the log: the server first, since a log shown in part keeps
+# its head.
+on_fail() {
 	local f shown=''
-	echo "FAIL $1: $2 [${SECONDS}s]"
-	failed=$((failed + 1))
-	# Show what the programs said, for whoever reads the log: the
-	# server first, since a log shown in part keeps its head.
 	for f in "$work"/server*.out "$work"/server*.err "$work"/*.out "$work"/*.err; do
 		[[ -s $f && " $shown " != *" $f "* ]] || continue
 		shown+=" $f"
 		sed "s|^|    ${f##*/}: |" "$f" | tail -n 15
 	done
-	return 0
 }
 
 # needs_root NAME WHY: true as root; otherwise says "SKIP NAME" with why the
@@ -75,23 +70,6 @@ open_copy() {
 	chmod -R a+rX "$open_top"
 }
 
-# wait_for FILE REGEX SECONDS: true once a line of FILE matches REGEX.
-wait_for() {
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
-		grep -Eq "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
-# listen_port FILE: waits up to 20 s for a server's "listen port=N" line in
-# FILE, and prints N.
-listen_port() {
-	wait_for "$1" '^listen port=[0-9]+ ' 20 &&
-		sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1"
-}
-
 # start_server PROGRAM [OPTIONS...]: run it in the background, logging to
 # $work/server.out and .err, and wait until it listens; server_port is then
 # its port.  The CM picks the port (--port 0), from the kernel's local port
@@ -102,25 +80,15 @@ start_server() {
 	rm -f "$work"/*.out "$work"/*.err
 	"$top/$program" --port 0 "$@" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	server_port=$(listen_port "$work/server.out")
+	server_port=$(listen_port "$work/server.out" "$server_pid")
 }
 
 # stop_server: SIGINT, then its exit status (124 if it did not exit in 20 s).
 stop_server() {
-	local i status
-	kill -INT "$server_pid"
-	for ((i = 0; i < 200; i++)); do
-		if ! kill -0 "$server_pid" 2>/dev/null; then
-			status=0
-			wait "$server_pid" || status=$?
-			server_pid=
-			return "$status"
-		fi
-		sleep 0.1
-	done
-	kill -KILL "$server_pid"
+	local status=0
+	stop_program "$server_pid" || status=$?
 	server_pid=
-	return 124
+	return "$status"
 }
 
 # run_client NAME PORT ARGS...: the client, output in $work/NAME.out/.err.

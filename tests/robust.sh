@@ -79,7 +79,7 @@ test_server_args() {
 # then rejects the client and exits 1. (Root is exempt from the limit, so
 # the server runs as nobody here.)
 test_memlock() {
-	local s=$1 t=$1/args/memlock_too_low pid status=0 i port
+	local s=$1 t=$1/args/memlock_too_low pid status=0 port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
 	open_copy
 	(
@@ -88,16 +88,11 @@ test_memlock() {
 			"$open_top/$s" --port 0
 	) >"$work/memlock.out" 2>"$work/memlock.err" &
 	pid=$!
-	port=$(listen_port "$work/memlock.out") || true
+	port=$(listen_port "$work/memlock.out" "$pid") || true
 	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null && status=timeout
-	[ "$status" = timeout ] || wait "$pid" || status=$?
+	await_exit "$pid" 10 || status=$?
 	if [ "$status" != 1 ]; then
-		fail "$t" "server exit status $status, not 1"
+		fail "$t" "server exit status $status, not 1 (124: still running 10 s on)"
 	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/memlock.err" ||
 		! grep -q 'may pin only 1024 KiB (ulimit -l).*limits.conf.*LimitMEMLOCK' "$work/memlock.err"; then
 		fail "$t" "no memlock hint: $(head -c 400 "$work/memlock.err")"
@@ -231,7 +226,7 @@ test_oversized_message() {
 	local s=$1 port=$2 t=$1/oversized_message bystander status=0
 	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
 	bystander=$!
-	wait_for "$work/bystander.out" '^doorbell seq=' 20 || true
+	await_line "$work/bystander.out" '^doorbell seq=' 20 || true
 	peer_steps big "$port" send:200:0x52444d41:1:1:4096 || true
 	if grep -q '^reply status=IBV_WC_' "$work/big.out"; then
 		pass "$t/connection_ended"
@@ -239,7 +234,7 @@ test_oversized_message() {
 		fail "$t/connection_ended" "peer saw: $(cat "$work/big.out" "$work/big.err")"
 	fi
 	# IBV_WC_LOC_LEN_ERR on most devices; rxe says IBV_WC_LOC_QP_OP_ERR.
-	if wait_for "$work/server.err" '^rdma_[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_' 5; then
+	if await_line "$work/server.err" '^rdma_[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_' 5; then
 		pass "$t/server_names_it"
 	else
 		fail "$t/server_names_it" "no 'receive ... failed: IBV_WC_...' on the server's stderr"
@@ -256,7 +251,7 @@ test_client_killed() {
 	"$client" --port "$port" "$RDMA_ADDR" 16384 -n 4000000 -k 64 \
 		>"$work/victim.out" 2>"$work/victim.err" &
 	local pid=$!
-	if ! wait_for "$work/victim.out" '^doorbell seq=' 20; then
+	if ! await_line "$work/victim.out" '^doorbell seq=' 20; then
 		fail "$t" "the victim never rang a doorbell"
 		kill -KILL "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null || true
@@ -317,7 +312,7 @@ test_server_dies() {
 		pids+=("$!")
 	done
 	for i in 0 1 2; do
-		wait_for "$work/load$i.out" '^doorbell seq=' 20 || bad="client $i never started"
+		await_line "$work/load$i.out" '^doorbell seq=' 20 || bad="client $i never started"
 	done
 	if [ "$how" = killed ]; then
 		kill -KILL "$server_pid"
@@ -360,7 +355,7 @@ test_max_conns() {
 	timeout 120 "$peer" "$RDMA_ADDR" "$port" req:4096 sleep:100000 \
 		>"$work/hold2.out" 2>"$work/hold2.err" &
 	p2=$!
-	if ! wait_for "$work/hold1.out" '^reply' 20 || ! wait_for "$work/hold2.out" '^reply' 20; then
+	if ! await_line "$work/hold1.out" '^reply' 20 || ! await_line "$work/hold2.out" '^reply' 20; then
 		fail "$t" "the two holders were not both served: $(cat "$work"/hold?.out "$work"/hold?.err | head -c 300)"
 		kill "$p1" "$p2" 2>/dev/null || true
 		{ wait "$p1" "$p2" || true; } 2>/dev/null
@@ -394,9 +389,9 @@ test_closed_before_established() {
 		send:200:0x52444d41:1:1:4096 sleep:30000 \
 		>"$work/nortu.out" 2>"$work/nortu.err" &
 	pid=$!
-	if ! wait_for "$work/nortu.out" '^reply status=IBV_WC_' 20; then
+	if ! await_line "$work/nortu.out" '^reply status=IBV_WC_' 20; then
 		fail "$t/server_closes_it" "the peer's message was not refused: $(cat "$work/nortu.out" "$work/nortu.err" | head -c 300)"
-	elif ! wait_for "$work/server.out" '^disconnect qp=' 5; then
+	elif ! await_line "$work/server.out" '^disconnect qp=' 5; then
 		fail "$t/server_closes_it" "no disconnect line: the half-open connection stays open"
 	elif grep -q '^connect qp=' "$work/server.out"; then
 		fail "$t/server_closes_it" "the connection became ESTABLISHED: the test did not test this"
@@ -428,7 +423,7 @@ test_burst_at_the_limit() {
 		timeout 120 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$port" blind:8 sleep:100000 \
 			>"$work/holder$i.out" 2>"$work/holder$i.err" &
 		holders+=("$!")
-		wait_for "$work/holder$i.out" '^blind sent=8$' 20 || bad="holder $i: $(cat "$work/holder$i.err")"
+		await_line "$work/holder$i.out" '^blind sent=8$' 20 || bad="holder $i: $(cat "$work/holder$i.err")"
 	done
 	for ((i = 1; i <= 12; i++)); do
 		[ -n "$bad" ] && break
@@ -582,7 +577,7 @@ test_isolation() {
 	rm -f "$work/go"
 	peer_steps owner "$port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0 &
 	owner=$!
-	wait_for "$work/owner.out" '^write off=0 status=' 20 || true # expect_lines says
+	await_line "$work/owner.out" '^write off=0 status=' 20 || true # expect_lines says
 	# The intruder's slice comes right after it: its offset -4096 is the
 	# owner's slot 0.  2049 is 1025 one lap later: a doorbell that finds it
 	# says "lapped", no error.
@@ -616,7 +611,7 @@ test_isolation() {
 	# The server read slot 0 for doorbell 1025: the intruder's value, or,
 	# under isolation, the owner's own.
 	owner=$(grep -m1 '^grant ' "$work/server.out" | cut -d' ' -f2)
-	if wait_for "$work/server.out" "^doorbell $owner seq=1025 value=$want_value\$" 5; then
+	if await_line "$work/server.out" "^doorbell $owner seq=1025 value=$want_value\$" 5; then
 		pass "$t/neighbour_sees"
 	else
 		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1025 value=$want_value' line"
@@ -664,13 +659,13 @@ test_isolation_unprivileged() {
 		"$open_top/$s" --port 0 --isolation mw \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	if ! port=$(listen_port "$work/server.out"); then
+	if ! port=$(listen_port "$work/server.out" "$server_pid"); then
 		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
 		return
 	fi
 	peer_steps first "$port" req:1048576 sleep:4000 &
 	pid=$!
-	wait_for "$work/first.out" '^reply ' 20 || true
+	await_line "$work/first.out" '^reply ' 20 || true
 	peer_steps second "$port" req:1048576 || true
 	wait "$pid" || true
 	expect_lines "$t/first_slice_granted" "$work/first.out" <<<"reply status=0 size=1048576 rkey=KEY"

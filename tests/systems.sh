@@ -29,19 +29,11 @@ open_copy() {
 	cp -a "$top/scripts" "$fixtures" "$open_top/"
 	chmod -R a+rX "$open_top"
 }
-passed=0
-failed=0
+report_prefix=systems/
+# shellcheck source=tests/report-lib.sh
+. "$top/tests/report-lib.sh"
 # shellcheck source=scripts/rdma-lib.sh
 . "$top/scripts/rdma-lib.sh"
-
-pass() {
-	echo "PASS systems/$1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAIL systems/$1: $2"
-	failed=$((failed + 1))
-}
 
 KVER=$(uname -r)
 APT="apt-get install -y --no-install-recommends"
@@ -329,5 +321,4 @@ test_unknown_system
 test_not_root
 test_doctor_fixes
 test_doctor_container_memlock
-echo "systems: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+report_end systems

@@ -36,17 +36,9 @@ declare -A DESIGNED=(
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failed=0
-
-passed=0
-pass() {
-	echo "PASS twins/$1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAIL twins/$1: $2"
-	failed=$((failed + 1))
-}
+report_prefix=twins/
+# shellcheck source=tests/report-lib.sh
+. "$top/tests/report-lib.sh"
 
 # functions FILE DIR: each function definition of FILE (from the line that
 # names it to its closing brace at column 0) into DIR/NAME, and the names in

@@ -12,6 +12,8 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/vm-lib.sh
 . "$top/scripts/vm-lib.sh"
+# shellcheck source=tests/report-lib.sh
+. "$top/tests/report-lib.sh"
 mkdir -p "$vmdir"
 out=$(mktemp -d "${TMPDIR:-/tmp}/vm-interrupt.XXXXXX")
 trap 'rm -rf "$out"' EXIT
@@ -43,8 +45,7 @@ test_vm_interrupt() {
 	done
 	if [ -z "$pid" ]; then
 		kill -KILL -- "-$run" 2>/dev/null || true
-		echo "FAIL $name: the VM did not start: $(tail -n 3 "$log" | tr '\n' '|')"
-		failed=$((failed + 1))
+		fail "$name" "the VM did not start: $(tail -n 3 "$log" | tr '\n' '|')"
 		return
 	fi
 	sleep 2 # into the guest's boot
@@ -73,20 +74,16 @@ test_vm_interrupt() {
 		why="$script.sh exited $status, not by SIG$sig ($want)"
 	fi
 	if [ -n "$why" ]; then
-		echo "FAIL $name: $why: $(tail -n 3 "$log" | tr '\n' '|')"
-		failed=$((failed + 1))
+		fail "$name" "$why: $(tail -n 3 "$log" | tr '\n' '|')"
 		pkill -KILL -f "vm_job=$job[/a-z]*( |$)" || true
 	else
-		echo "PASS $name"
-		passed=$((passed + 1))
+		pass "$name"
 	fi
 }
 
-passed=0 failed=0
 for script in vm-run vm-pair; do
 	test_vm_interrupt "$script" ctrl_c INT group
 	test_vm_interrupt "$script" sigterm TERM alone
 	test_vm_interrupt "$script" sighup HUP alone
 done
-echo "vm_interrupt: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+report_end vm_interrupt

@@ -217,8 +217,7 @@ test_socket_cable() {
 
 # The summary; on failure the capture and every program's output stay.
 finish() {
-	echo "wire: $passed passed, $failed failed"
-	if [ "$failed" = 0 ]; then
+	if report_end wire; then
 		rm -rf "$dir"
 		exit 0
 	fi
