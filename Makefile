@@ -28,7 +28,9 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I. $(CFLAGS) $(SANITIZERS) \
 LIBS = $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
-TOOLS = tests/unit_common tests/unit_client tests/ctrl_peer tests/cm_probe
+UNITS = tests/unit_common tests/unit_client
+PEERS = tests/ctrl_peer tests/cm_probe
+TOOLS = $(UNITS) $(PEERS)
 FUZZER = build/fuzz_ctrl_msg
 FUZZ_SECONDS = 20
 # Rebuild everything when the flags change (SANITIZE=1 and back).
@@ -45,11 +47,16 @@ $(FLAGS): FORCE
 	@mkdir -p build
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
-# The programs, and the test tools: the unit tests, a client that
-# misbehaves on purpose, and a probe of what rdma_cm puts on each QP.
-$(PROGRAMS) $(TOOLS): %: %.c common/common.c common/common.h $(FLAGS) \
+# The programs, and the unit tests.
+$(PROGRAMS) $(UNITS): %: %.c common/common.c common/common.h $(FLAGS) \
 		| check-build
 	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
+
+# The test peers: a client that misbehaves on purpose, and a probe of what
+# rdma_cm puts on each QP; they share their CM and CQ waits (tests/peer.c).
+$(PEERS): %: %.c tests/peer.c tests/peer.h common/common.c \
+		common/common.h $(FLAGS) | check-build
+	$(CC) $(ALL_CFLAGS) -o $@ $< tests/peer.c common/common.c $(LIBS)
 
 # libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
 # The client's batching, tested with the client's own source compiled in.

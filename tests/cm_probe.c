@@ -35,18 +35,16 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <rdma/rdma_cma.h>
 
 #include "common/common.h"
+#include "tests/peer.h"
 
-#define TIMEOUT_MS 10000   /* for any one CM event */
 #define MAX_COUNT 7	   /* retry counts are 3-bit fields */
 #define MAX_ACK_TIMEOUT 31 /* a 5-bit exponent */
 #define SEND_WAIT_MS 3000  /* --send: how long a SEND may go unanswered */
@@ -111,44 +109,6 @@ static int args_parse(struct probe *pr, int argc, char **argv)
 	return 0;
 }
 
-/* The next CM event, its type and cm_id copied out and the event acked. */
-static int cm_next(struct probe *pr, enum rdma_cm_event_type *type,
-		   struct rdma_cm_id **id, int *status)
-{
-	struct pollfd pfd = { .fd = pr->events->fd, .events = POLLIN };
-	struct rdma_cm_event *event;
-
-	if (poll(&pfd, 1, TIMEOUT_MS) != 1) {
-		errorf("no CM event within %d ms", TIMEOUT_MS);
-		return -ETIMEDOUT;
-	}
-	if (rdma_get_cm_event(pr->events, &event))
-		return fail("rdma_get_cm_event", errno);
-	*type = event->event;
-	*id = event->id;
-	*status = event->status;
-	rdma_ack_cm_event(event);
-	return 0;
-}
-
-/* While only the active side is busy, events come one at a time. */
-static int cm_expect(struct probe *pr, enum rdma_cm_event_type expected)
-{
-	enum rdma_cm_event_type type;
-	struct rdma_cm_id *id;
-	int status, err;
-
-	err = cm_next(pr, &type, &id, &status);
-	if (err)
-		return err;
-	if (type != expected) {
-		errorf("got %s (status %d), not %s", rdma_event_str(type),
-		       status, rdma_event_str(expected));
-		return -EPROTO;
-	}
-	return 0;
-}
-
 /* A PD, a buffer, a CQ and an RC QP for one side. */
 static int qp_open(struct side *s)
 {
@@ -198,14 +158,7 @@ static int active_connect(struct probe *pr, struct sockaddr *addr)
 
 	if (rdma_create_id(pr->events, &s->id, NULL, RDMA_PS_TCP))
 		return fail("rdma_create_id(active)", errno);
-	if (rdma_resolve_addr(s->id, NULL, addr, TIMEOUT_MS))
-		return fail("rdma_resolve_addr", errno);
-	err = cm_expect(pr, RDMA_CM_EVENT_ADDR_RESOLVED);
-	if (err)
-		return err;
-	if (rdma_resolve_route(s->id, TIMEOUT_MS))
-		return fail("rdma_resolve_route", errno);
-	err = cm_expect(pr, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	err = peer_resolve(pr->events, s->id, addr);
 	if (err)
 		return err;
 	if (pr->ack_timeout >= 0 &&
@@ -231,7 +184,7 @@ static int handshake(struct probe *pr)
 	int status, err;
 
 	while (!pr->active.established || !pr->passive.established) {
-		err = cm_next(pr, &type, &id, &status);
+		err = peer_event(pr->events, &type, &id, &status);
 		if (err)
 			return err;
 		if (type == RDMA_CM_EVENT_CONNECT_REQUEST && !pr->passive.id) {
@@ -278,28 +231,6 @@ static int side_print(const struct side *s)
 	return 0;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* 1 and the first completion of s's CQ within ms, 0 if none came. */
-static int cq_wait(struct side *s, int ms, struct ibv_wc *wc)
-{
-	double deadline = now_ms() + ms;
-	int n;
-
-	do {
-		n = ibv_poll_cq(s->cq, 1, wc);
-		if (n)
-			return n < 0 ? fail("ibv_poll_cq", EIO) : 1;
-	} while (now_ms() < deadline);
-	return 0;
-}
-
 /*
  * --send: what the active QP's rnr_retry means in practice.  The passive
  * side has no receive posted, so its NIC answers the SEND "receiver not
@@ -330,7 +261,7 @@ static int send_probe(struct probe *pr)
 	ret = ibv_post_send(a->id->qp, &wr, &bad);
 	if (ret)
 		return fail("ibv_post_send", ret);
-	ret = cq_wait(a, SEND_WAIT_MS, &wc);
+	ret = peer_cq_wait(a->cq, SEND_WAIT_MS, &wc);
 	if (ret < 0)
 		return ret;
 	if (ret) {
@@ -343,12 +274,12 @@ static int send_probe(struct probe *pr)
 	ret = ibv_post_recv(p->id->qp, &rwr, &rbad);
 	if (ret)
 		return fail("ibv_post_recv", ret);
-	ret = cq_wait(a, TIMEOUT_MS, &wc);
+	ret = peer_cq_wait(a->cq, PEER_TIMEOUT_MS, &wc);
 	if (ret < 0)
 		return ret;
 	if (!ret) {
 		errorf("no send completion %d ms after the receive was posted",
-		       TIMEOUT_MS);
+		       PEER_TIMEOUT_MS);
 		return -ETIMEDOUT;
 	}
 	printf("send status=%s once a receive was posted\n",
@@ -370,7 +301,7 @@ static int disconnect(struct probe *pr)
 	if (rdma_disconnect(pr->active.id))
 		return fail("rdma_disconnect(active)", errno);
 	while (!pr->active.disconnected || !pr->passive.disconnected) {
-		err = cm_next(pr, &type, &id, &status);
+		err = peer_event(pr->events, &type, &id, &status);
 		if (err)
 			return err;
 		if (type != RDMA_CM_EVENT_DISCONNECTED) {

@@ -49,7 +49,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +59,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "common/common.h"
+#include "tests/peer.h"
 
 #define TIMEOUT_MS 10000
 #define WAIT_MS 30000 /* wait:PATH */
@@ -78,28 +78,6 @@ struct peer {
 	bool no_rtu;
 	struct ibv_qp *qp; /* ours, or the cm_id's */
 };
-
-static int cm_expect(struct peer *p, enum rdma_cm_event_type expected)
-{
-	struct pollfd pfd = { .fd = p->events->fd, .events = POLLIN };
-	struct rdma_cm_event *event;
-	enum rdma_cm_event_type type;
-
-	if (poll(&pfd, 1, TIMEOUT_MS) != 1) {
-		errorf("no %s", rdma_event_str(expected));
-		return -ETIMEDOUT;
-	}
-	if (rdma_get_cm_event(p->events, &event))
-		return fail("rdma_get_cm_event", errno);
-	type = event->event;
-	rdma_ack_cm_event(event);
-	if (type != expected) {
-		errorf("got %s, not %s", rdma_event_str(type),
-		       rdma_event_str(expected));
-		return -EPROTO;
-	}
-	return 0;
-}
 
 /*
  * --no-rtu: a QP of our own rather than rdma_create_qp()'s.  librdmacm then
@@ -151,16 +129,9 @@ static int peer_connect(struct peer *p, const char *server, const char *port)
 	p->events = rdma_create_event_channel();
 	if (!p->events || rdma_create_id(p->events, &p->id, NULL, RDMA_PS_TCP))
 		err = fail("rdma_create_id", errno);
-	else if (rdma_resolve_addr(p->id, NULL, ai->ai_addr, 2000))
-		err = fail("rdma_resolve_addr", errno);
 	else
-		err = cm_expect(p, RDMA_CM_EVENT_ADDR_RESOLVED);
+		err = peer_resolve(p->events, p->id, ai->ai_addr);
 	freeaddrinfo(ai);
-	if (err)
-		return err;
-	if (rdma_resolve_route(p->id, 2000))
-		return fail("rdma_resolve_route", errno);
-	err = cm_expect(p, RDMA_CM_EVENT_ROUTE_RESOLVED);
 	if (err)
 		return err;
 
@@ -186,25 +157,21 @@ static int peer_connect(struct peer *p, const char *server, const char *port)
 	if (rdma_connect(p->id, &param))
 		return fail("rdma_connect", errno);
 	if (!p->no_rtu)
-		return cm_expect(p, RDMA_CM_EVENT_ESTABLISHED);
-	err = cm_expect(p, RDMA_CM_EVENT_CONNECT_RESPONSE);
+		return peer_expect(p->events, RDMA_CM_EVENT_ESTABLISHED);
+	err = peer_expect(p->events, RDMA_CM_EVENT_CONNECT_RESPONSE);
 	return err ? err : qp_ready_by_hand(p);
 }
 
+/* The next completion, within TIMEOUT_MS. */
 static int cq_wait(struct peer *p, struct ibv_wc *wc)
 {
-	struct timespec start, now;
-	int n;
+	int n = peer_cq_wait(p->cq, TIMEOUT_MS, wc);
 
-	clock_gettime(CLOCK_MONOTONIC, &start);
-	while ((n = ibv_poll_cq(p->cq, 1, wc)) == 0) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - start.tv_sec) * 1000 > TIMEOUT_MS) {
-			errorf("no completion within %d ms", TIMEOUT_MS);
-			return -ETIMEDOUT;
-		}
+	if (n == 0) {
+		errorf("no completion within %d ms", TIMEOUT_MS);
+		return -ETIMEDOUT;
 	}
-	return n < 0 ? fail("ibv_poll_cq", EIO) : 0;
+	return n < 0 ? n : 0;
 }
 
 /* Post one work request on the send queue and wait for its completion. */
