@@ -29,8 +29,14 @@ mirror() {
 	echo "${MIRROR:-${uri:-http://deb.debian.org/debian}}"
 }
 
+# The package is downloaded and unpacked in a staging folder of the cache,
+# which takes the kernel's place only once whole: a fetch that fails or is
+# cut short removes it (the trap is set before the folder exists).
+stage=''
+trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
+
 main() {
-	local suite=${1:-bookworm-backports} apt dir opts pkg ver stage
+	local suite=${1:-bookworm-backports} apt dir opts pkg ver
 	if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
 		die "this fetches Debian's kernels with apt-get and dpkg; on" \
 			"this system, set VM_KERNEL to a kernel in /boot instead"
@@ -69,11 +75,11 @@ main() {
 		stage=$(mktemp -d "$KERNEL_CACHE/fetch.XXXXXX")
 		(cd "$stage" && apt-get -qq "${opts[@]}" download "$pkg") ||
 			die "apt-get download $pkg failed"
-		dpkg -x "$stage"/*.deb "$stage/root"
-		depmod -b "$stage/root" "$ver"
+		dpkg -x "$stage"/*.deb "$stage/root" || die "cannot unpack $pkg"
+		depmod -b "$stage/root" "$ver" ||
+			die "cannot index the modules of $pkg (depmod)"
 		rm -rf "$dir"
 		mv "$stage/root" "$dir"
-		rm -rf "$stage"
 	fi
 	kernel_usable "$ver" || die "kernel $ver cannot boot the VM: $why_not"
 	echo "$ver"

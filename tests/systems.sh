@@ -6,7 +6,8 @@
 # Ubuntu without linux-modules-extra, on Fedora without kernel-modules-extra,
 # or in a container, to see the fix it gives each.  On this system itself,
 # dpkg is asked whether each package of scripts/packages.txt brings what
-# the table says it brings.
+# the table says it brings, and a kernel fetch for the VMs
+# (scripts/vm-kernel.sh) that fails half way must leave nothing behind.
 #
 # Prints "PASS name" or "FAIL name: why" per test, "SKIP name: why" where
 # this user cannot run it.
@@ -313,8 +314,34 @@ test_table_meaning() {
 	fi
 }
 
+# A kernel fetch for the VMs that fails half way (here the package will not
+# unpack; apt-get and apt-cache are stood in for, so nothing is
+# downloaded) says what failed, exits non-zero and leaves no staging
+# folder in the VMs' kernel cache.
+test_vm_kernel_failed_fetch() {
+	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt
+	local cache=$work/kernels status=0 left
+	mkdir -p "$bin"
+	printf '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n' >"$bin/apt-cache"
+	printf '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n' >"$bin/apt-get"
+	chmod +x "$bin/apt-cache" "$bin/apt-get"
+	KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" \
+		>"$work/vm-kernel.out" 2>"$work/vm-kernel.err" || status=$?
+	left=$(find "$cache" -mindepth 1 -maxdepth 1 -name 'fetch.*' 2>/dev/null)
+	if [ "$status" = 0 ]; then
+		fail "$t" "it exited 0 with a package that does not unpack"
+	elif ! grep -q 'cannot unpack linux-image-0.0-fake' "$work/vm-kernel.err"; then
+		fail "$t" "it did not say what failed: $(tail -n 2 "$work/vm-kernel.err" | paste -sd' ')"
+	elif [ -n "$left" ]; then
+		fail "$t" "it left $left behind"
+	else
+		pass "$t"
+	fi
+}
+
 test_deps
 test_table_meaning
+test_vm_kernel_failed_fetch
 test_static_probe
 test_make_names_the_package
 test_unknown_system
