@@ -62,6 +62,29 @@ ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 }
 
+# round_ratios K: round by round, the client's best W over perftest's list
+# (-l K -Q K) in the same round; the median of these ratios (lowest-highest):
+# the spread of the comparison itself, which the medians' ratio hides.
+round_ratios() {
+	awk -F'\t' -v k="$1" '
+		NR > 1 && $2 == k && $1 == "client" && $5 > best[$4] { best[$4] = $5 }
+		NR > 1 && $2 == k && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
+		END {
+			for (r in pt)
+				if (pt[r] > 0 && r in best) v[n++] = best[r] / pt[r]
+			if (!n) exit 1
+			for (i = 1; i < n; i++)
+				for (j = i; j > 0 && v[j - 1] > v[j]; j--) {
+					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+				}
+			m = (n % 2) ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2
+			if (n > 1)
+				printf "%.2f (%.2f-%.2f)\n", m, v[0], v[n - 1]
+			else
+				printf "%.2f\n", m
+		}' "$rates"
+}
+
 bw=$(median ib_write_bw - -)
 rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
 # What bench.sh ran: writes, load, scaling, lat, the event-driven server's
@@ -112,10 +135,10 @@ read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 	echo
 	printf '| K | ib_write_bw -s 4 -R -l K -Q K |'
 	for w in "${wins[@]}"; do printf ' rdma_pool_client W=%s |' "$w"; done
-	echo " client's best ÷ perftest's |"
+	echo " client's best ÷ perftest's | the same, round by round |"
 	printf '|---:|---:|'
 	for _ in "${wins[@]}"; do printf -- '---:|'; done
-	echo '---:|'
+	echo '---:|---:|'
 	for k in $ks; do
 		pl=$(median "ib_write_bw -l -Q" "$k" -) || continue
 		printf '| %s | %s |' "$k" "$(median "ib_write_bw -l -Q" "$k" - range)"
@@ -125,9 +148,12 @@ read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 			if ((m > best)); then best=$m; fi
 			printf ' %s |' "$(median client "$k" "$w" range)"
 		done
-		echo " $(ratio "$best" "$pl") |"
+		echo " $(ratio "$best" "$pl") | $(round_ratios "$k") |"
 	done
 	echo
+	echo "client's best ÷ perftest's: of the medians; round by round: in each" \
+		"round, the client's better W over perftest's run of that round," \
+		"their median (lowest-highest)."
 	echo "Per ibv_post_send() (on rxe, one write(2) to the kernel whatever" \
 		"the list's length: post_send_db() in rdma-core's providers/rxe):" \
 		"ib_write_bw at its defaults posts one write and asks for a" \
