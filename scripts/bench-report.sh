@@ -279,6 +279,10 @@ latency_table | awk -F'\t' '
 ' >"$out/busy_poll.dat"
 read -r tick_median tick_p99 <<<"$(latency_table | awk -F'\t' '$1 == "rdma_pool_server" { print $2, $5 }')"
 budget_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/busy_poll.dat")
+# The idle axis up to the highest idle CPU, and at least 1%: the
+# event-driven server's is often 0 at every budget, which gnuplot's
+# autoscale cannot draw (it warns of an empty range).
+idle_top=$(awk -F'\t' '$5 > m { m = $5 } END { print (m > 1 ? m * 1.1 : 1) }' "$out/busy_poll.dat")
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
 XDG_CACHE_HOME=$(mktemp -d) gnuplot <<EOF
 set terminal pngcairo size 800,500 noenhanced
@@ -314,7 +318,7 @@ set xtics ($budget_tics)
 set ylabel 'round trip, µs'
 set yrange [*:*]
 set y2label 'idle CPU after serving, % of a core'
-set y2range [0:*]
+set y2range [0:$idle_top]
 set y2tics
 set key below
 plot '$out/busy_poll.dat' using 1:3 title 'median round trip' with linespoints linewidth 2, \
