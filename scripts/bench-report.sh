@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# bench-report.sh OUTDIR CHECKED SMOKE: turns the numbers scripts/bench.sh
-# left in OUTDIR (rates.tsv, latency.tsv, cpu.tsv, scale.tsv) into
-# OUTDIR/results.md and the plots OUTDIR/writes_per_s.png,
+# bench-report.sh OUTDIR CHECKED MODE: turns the numbers scripts/bench.sh
+# left in OUTDIR (headline.tsv, rates.tsv, latency.tsv, cpu.tsv, scale.tsv)
+# into OUTDIR/results.md and the plots OUTDIR/writes_per_s.png,
 # OUTDIR/busy_poll.png and OUTDIR/scale.png.  CHECKED is how many doorbells
-# were checked; SMOKE is 1 for the small run of make test.
+# were checked; MODE is bench.sh's: full, smoke (the small run of make
+# test) or headline (headline.tsv alone, no plots).
 set -euo pipefail
 
-out=$1 checked=$2 smoke=$3
+out=$1 checked=$2 mode=$3
+headline=$out/headline.tsv
 rates=$out/rates.tsv
 scale=$out/scale.tsv
 
@@ -85,29 +87,112 @@ round_ratios() {
 		}' "$rates"
 }
 
-bw=$(median ib_write_bw - -)
-rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
 # What bench.sh ran: writes, load, scaling, lat, the event-driven server's
 # default busy_default (shell assignments it wrote).
 writes='' load='' scaling='' lat='' busy_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
+
+# headline_ratios W: round by round, the client's writes/s at W over
+# perftest's list in the same round (headline.tsv); their median, the 95%
+# interval of that median, and their lowest and highest, tab-separated
+# ("-" for an interval that too few rounds cannot give).  The interval is
+# the order statistics' (no assumption on the ratios' distribution, only
+# that rounds are alike but for noise): with n rounds sorted, the j-th
+# lowest to the j-th highest holds the median with probability
+# 1 - 2 P(X < j), X binomial (n, 1/2), and j is the highest that keeps
+# this at 95% or more (n = 20: the 6th to the 15th, 95.9%).
+headline_ratios() {
+	awk -F'\t' -v w="$1" '
+		NR > 1 && $1 == "client" && $3 == w { c[$4] = $5 }
+		NR > 1 && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
+		END {
+			for (r in pt)
+				if (pt[r] > 0 && r in c) v[++n] = c[r] / pt[r]
+			if (!n) exit 1
+			for (i = 2; i <= n; i++)
+				for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
+					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+				}
+			m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			# P(X <= i) for i = 0, 1, ...: the j-th order statistic
+			# misses the median below with probability P(X < j).
+			p = 0.5 ^ n; cdf = p; j = 0
+			for (i = 0; 2 * cdf <= 0.05 && i < n; i++) {
+				j = i + 1
+				p = p * (n - i) / (i + 1); cdf += p
+			}
+			ci = j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-"
+			printf "%.2f\t%s\t%.2f-%.2f\n", m, ci, v[1], v[n]
+		}' "$headline"
+}
+
+# headline_verdict W: ahead, level or behind: where the 95% interval of
+# the round-by-round ratio at W lies against 1.
+headline_verdict() {
+	headline_ratios "$1" | awk -F'\t' '{
+		if ($2 == "-") { print "too few rounds to say"; exit }
+		split($2, ci, "-")
+		print (ci[1] > 1) ? "ahead" : (ci[2] < 1) ? "behind" : "level"
+	}'
+}
+
+# headline_section: the client at its K against ib_write_bw at its best.
+headline_section() {
+	local k n pt w row
+	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
+	n=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$headline")
+	pt=$(rates=$headline median "ib_write_bw -l -Q" "$k" - range)
+	echo "## The headline: K=$k against ib_write_bw -s 4 -l $k -Q $k, $n rounds"
+	echo
+	echo "| writer | writes/s | ÷ perftest, round by round | its 95% interval | lowest-highest |"
+	echo "|---|---:|---:|---:|---:|"
+	echo "| ib_write_bw -s 4 -R -l $k -Q $k | $pt | 1.00 | - | - |"
+	for w in 1 4; do
+		IFS=$'\t' read -r -a row <<<"$(headline_ratios "$w")"
+		echo "| rdma_pool_client -k $k -w $w | $(rates=$headline median client "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} |"
+	done
+	echo
+	echo "Against perftest at its best: the client at W=1 is $(headline_verdict 1)," \
+		"at W=4 $(headline_verdict 4) (ahead: the whole interval above 1;" \
+		"behind: below it; level: it holds 1)."
+	echo
+	echo "Each round: the three runs above, $writes writes each, against" \
+		"rdma_srq_pool_server_ev, taking turns at going first. writes/s:" \
+		"the median (lowest-highest). Round by round: the client's writes/s" \
+		"over perftest's in the same round; the median of the $n ratios and" \
+		"the interval that holds their true median with 95% confidence" \
+		"(order statistics: the j-th lowest to the j-th highest ratio)." \
+		"Two runs of one commit agree when each one's median lies in the" \
+		"other's interval."
+	echo
+}
+
+{
+	echo "# make bench: results"
+	echo
+	[ "$mode" = smoke ] && echo "**Smoke run** (make test): too small to mean anything." && echo
+	[ "$mode" = headline ] && echo "**The headline alone** (bench.sh --headline)." && echo
+	echo "- When: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$(dirname "$0")/.." describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "- Where: $where"
+	echo "- Doorbells checked on the server side: $checked, every one in order with value == seq."
+	echo
+	headline_section
+} >"$out/results.md"
+[ "$mode" != headline ] || exit 0
+
+bw=$(median ib_write_bw - -)
+rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
 ks=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $2 }' "$rates" | sort -nu)
 windows=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $3 }' "$rates" | sort -nu)
 step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 
 {
-	echo "# make bench: results"
-	echo
-	[ "$smoke" = 1 ] && echo "**Smoke run** (make test): too small to mean anything." && echo
-	echo "- When: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$(dirname "$0")/.." describe --always --dirty 2>/dev/null || echo unknown)"
-	echo "- Where: $where"
-	echo "- Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
-		"every configuration ran once per round, in turn."
-	echo "- Doorbells checked on the server side: $checked, every one in order with value == seq."
-	echo
 	echo "## Message rate: 4-byte RDMA WRITEs, against rdma_srq_pool_server_ev"
+	echo
+	echo "Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
+		"every configuration ran once per round, in turn."
 	echo
 	printf '| writer | K |'
 	for w in "${wins[@]}"; do printf ' writes/s (W=%s) | ratio |' "$w"; done
@@ -243,7 +328,7 @@ EOF
 		"send_rnr_err counter)."
 	echo
 	echo "![aggregate writes/s against clients](scale.png)"
-} >"$out/results.md"
+} >>"$out/results.md"
 
 # The plots, in one run of gnuplot (starting it takes seconds under
 # emulation).  The first: the client's writes/s against K, one line per

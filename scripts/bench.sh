@@ -4,14 +4,16 @@
 # what each server costs in CPU time, and how each server scales with
 # clients.  A measurement, not a test.
 #
-#   scripts/soft-roce.sh scripts/bench.sh [--smoke] [OUTDIR]
+#   scripts/soft-roce.sh scripts/bench.sh [--smoke | --headline] [OUTDIR]
 #
 # Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png,
 # OUTDIR/busy_poll.png and OUTDIR/scale.png (the plots), the raw numbers (*.tsv) and every program's
 # output (logs/).  OUTDIR is bench-results/ by default (not committed).
 # --smoke is the same run made small (a few hundred writes, K = 16, one
 # round, busy-poll budgets 0 and the default, up to 4 clients at once) for
-# make test.
+# make test.  --headline measures the headline alone (the client at K = 64
+# against ib_write_bw -l 64 -Q 64), a few minutes, to see whether two runs
+# of one commit agree.  BENCH_HEAD_ROUNDS sets its number of rounds.
 #
 # Rates are noisy, on an emulated CPU above all, so each rate is measured
 # ROUNDS times, every configuration once per round in turn, and the median
@@ -32,11 +34,19 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 
-smoke=0
-if [ "${1:-}" = --smoke ]; then
-	smoke=1
+mode=full # or smoke, or headline
+case ${1:-} in
+--smoke | --headline)
+	mode=${1#--}
 	shift
-fi
+	;;
+-*)
+	echo "bench: unknown option '$1' (usage: bench.sh [--smoke | --headline] [OUTDIR])" >&2
+	exit 2
+	;;
+esac
+smoke=0
+[ "$mode" != smoke ] || smoke=1
 final=${1:-$top/bench-results}
 
 if [ "$smoke" = 1 ]; then
@@ -44,12 +54,17 @@ if [ "$smoke" = 1 ]; then
 	lat_doorbells=200 idle_seconds=1 load_clients=2 load_writes=300
 	scale_clients=(1 4) scale_writes=640
 	budgets=(0) lat_rounds=1 lat_clients=1 lat_idle_seconds=1
+	# Six rounds: the fewest that give a 95% interval (bench-report.sh).
+	head_k=16 head_rounds=6
 else
 	writes=51200 ks=(1 4 16 64 256) windows=(1 4) rounds=5 step_k=64
 	lat_doorbells=1000 idle_seconds=10 load_clients=4 load_writes=20000
 	scale_clients=(1 2 4 8 16 32) scale_writes=20000
 	budgets=(0 10 20 50 100 200 500 2000) lat_rounds=4 lat_clients=3 lat_idle_seconds=2
+	head_k=64 head_rounds=${BENCH_HEAD_ROUNDS:-20}
 fi
+[[ $head_rounds =~ ^[1-9][0-9]*$ ]] ||
+	{ echo "bench: BENCH_HEAD_ROUNDS='$head_rounds' is not a number of rounds (1 or more)" >&2; exit 2; }
 # writes is a multiple of every K: perftest's post list (-l K) must divide
 # its number of writes (perftest_parameters.c).
 for k in "${ks[@]}"; do
@@ -326,6 +341,15 @@ write_bw() {
 	die "ib_write_bw $* reported 0 writes/s three times"
 }
 
+# write_bw_list K: ib_write_bw at its best, as the client posts: a list of
+# K writes per ibv_post_send() (-l K) and a completion every K (-Q K).  It
+# posts a list only while the list fits in its send queue (-t, 128 by
+# default), so for K > 64 the queue is 2K deep: two lists in flight, as at
+# K = 64.
+write_bw_list() {
+	write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128))
+}
+
 # write_lat: ib_write_lat's ping-pong; its t_typical (the median) and 99%
 # percentile, in µs, tab-separated, into lat_row.  A run that does not give
 # two positive figures is run again, twice at most (once, in make test's
@@ -361,14 +385,9 @@ measure_rates() {
 		# completion asked for every 100th (-Q 100), 128 in flight.
 		write_bw bw -s 4 -n "$writes"
 		printf 'ib_write_bw\t-\t-\t%d\t%s\n' "$r" "$rate" >>"$rates"
-		# And at its best, as the client posts: a list of K writes per
-		# ibv_post_send() (-l K) and a completion every K (-Q K).  It
-		# posts a list only while the list fits in its send queue (-t,
-		# 128 by default), so for K > 64 the queue is 2K deep: two
-		# lists in flight, as at K = 64.
+		# And at its best, as the client posts (write_bw_list).
 		for k in "${ks[@]}"; do
-			write_bw bwl -s 4 -n "$writes" -l "$k" -Q "$k" \
-				-t $((k > 64 ? 2 * k : 128))
+			write_bw_list "$k"
 			printf 'ib_write_bw -l -Q\t%s\t-\t%d\t%s\n' "$k" "$r" "$rate" >>"$rates"
 		done
 		for k in "${ks[@]}"; do
@@ -384,6 +403,36 @@ measure_rates() {
 			client_checked rate -n "$writes" -k "$step_k" $step
 			printf '%s\t%s\t1\t%d\t%s\n' "client $step" "$step_k" "$r" \
 				"$(field writes_per_s "$work/rate.out")" >>"$rates"
+		done
+	done
+	server_stop
+}
+
+headline=$out/headline.tsv # what  k  window  round  writes_per_s
+printf 'what\tk\twindow\tround\twrites_per_s\n' >"$headline"
+
+# The headline alone: the client at K = head_k, W = 1 and W = 4, against
+# ib_write_bw -l head_k -Q head_k, head_rounds rounds.  Under emulation a
+# whole round runs fast or slow (one run of make bench on 6.12 had
+# perftest's list at 22380 to 49405 writes/s), so the report compares the
+# client with perftest round by round; and the three take turns at going
+# first, so that none is always the one that starts after a pause.
+measure_headline() {
+	local r i w
+	local -a turn=(perftest 1 4)
+	server_start "$ev_server"
+	for ((r = 1; r <= head_rounds; r++)); do
+		say "headline, round $r of $head_rounds"
+		for ((i = 0; i < 3; i++)); do
+			w=${turn[(r + i) % 3]}
+			if [ "$w" = perftest ]; then
+				write_bw_list "$head_k"
+				printf 'ib_write_bw -l -Q\t%s\t-\t%d\t%s\n' "$head_k" "$r" "$rate" >>"$headline"
+			else
+				client_checked head -n "$writes" -k "$head_k" -w "$w"
+				printf 'client\t%s\t%s\t%d\t%s\n' "$head_k" "$w" "$r" \
+					"$(field writes_per_s "$work/head.out")" >>"$headline"
+			fi
 		done
 	done
 	server_stop
@@ -553,15 +602,22 @@ scale_row() {
 	printf 'busy_default=%q\n' "$busy_default"
 	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device $(cd /sys/class/infiniband && echo *) at $RDMA_ADDR"
 } >"$out/run.env"
-measure_rates
-measure_latency
-measure_cpu
-measure_scale
+measure_headline
+if [ "$mode" != headline ]; then
+	measure_rates
+	measure_latency
+	measure_cpu
+	measure_scale
+fi
 say "doorbells checked: $doorbells_checked, all in order with value == seq"
 
 # ---- the report -------------------------------------------------------------
 
-"$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$smoke"
+"$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$mode"
 publish_dir "$out" "$final" || die "cannot put $out in $final's place"
 out=$final
-say "wrote $out/results.md, $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
+if [ "$mode" = headline ]; then
+	say "wrote $out/results.md"
+else
+	say "wrote $out/results.md, $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
+fi
