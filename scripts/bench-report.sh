@@ -93,8 +93,9 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 
-# headline_ratios W: round by round, the client's writes/s at W over
-# perftest's list in the same round (headline.tsv); their median, the 95%
+# headline_ratios TAG W: round by round, the client's writes/s at W
+# against the server TAG (ev or tick) over perftest's list in the same
+# round (headline.tsv); their median, the 95%
 # interval of that median, and their lowest and highest, tab-separated
 # ("-" for an interval that too few rounds cannot give).  The interval is
 # the order statistics' (no assumption on the ratios' distribution, only
@@ -103,8 +104,8 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 # 1 - 2 P(X < j), X binomial (n, 1/2), and j is the highest that keeps
 # this at 95% or more (n = 20: the 6th to the 15th, 95.9%).
 headline_ratios() {
-	awk -F'\t' -v w="$1" '
-		NR > 1 && $1 == "client" && $3 == w { c[$4] = $5 }
+	awk -F'\t' -v what="client $1" -v w="$2" '
+		NR > 1 && $1 == what && $3 == w { c[$4] = $5 }
 		NR > 1 && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
 		END {
 			for (r in pt)
@@ -127,44 +128,63 @@ headline_ratios() {
 		}' "$headline"
 }
 
-# headline_verdict W: ahead, level or behind: where the 95% interval of
-# the round-by-round ratio at W lies against 1.
-headline_verdict() {
-	headline_ratios "$1" | awk -F'\t' '{
-		if ($2 == "-") { print "too few rounds to say"; exit }
-		split($2, ci, "-")
-		print (ci[1] > 1) ? "ahead" : (ci[2] < 1) ? "behind" : "level"
+# verdict INTERVAL: ahead, level or behind: where a 95% interval of the
+# round-by-round ratio ("LO-HI", or "-") lies against 1.
+verdict() {
+	awk -v ci="$1" 'BEGIN {
+		if (split(ci, b, "-") != 2) { print "too few rounds"; exit }
+		print (b[1] > 1) ? "ahead" : (b[2] < 1) ? "behind" : "level"
 	}'
 }
 
+# cpu_median TAG W COLUMN: the median of that column of headline.tsv over
+# the client's runs at W against the server TAG (a share of CPU time, %).
+cpu_median() {
+	awk -F'\t' -v what="client $1" -v w="$2" -v col="$3" '
+		NR > 1 && $1 == what && $3 == w && $col != "-" { v[++n] = $col }
+		END {
+			if (!n) { print "-"; exit }
+			for (i = 2; i <= n; i++)
+				for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
+					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+				}
+			printf "%.0f%%\n", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+		}' "$headline"
+}
+
 # headline_section: the client at its K against ib_write_bw at its best.
+ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
 headline_section() {
-	local k n pt w row
+	local k n pt w row tag server
 	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
 	n=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$headline")
 	pt=$(rates=$headline median "ib_write_bw -l -Q" "$k" - range)
 	echo "## The headline: K=$k against ib_write_bw -s 4 -l $k -Q $k, $n rounds"
 	echo
-	echo "| writer | writes/s | ÷ perftest, round by round | its 95% interval | lowest-highest |"
-	echo "|---|---:|---:|---:|---:|"
-	echo "| ib_write_bw -s 4 -R -l $k -Q $k | $pt | 1.00 | - | - |"
-	for w in 1 4; do
-		IFS=$'\t' read -r -a row <<<"$(headline_ratios "$w")"
-		echo "| rdma_pool_client -k $k -w $w | $(rates=$headline median client "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} |"
+	echo "| writer | writes/s | ÷ perftest, round by round | its 95% interval | lowest-highest | so | busiest CPU busy | other CPUs idle |"
+	echo "|---|---:|---:|---:|---:|---|---:|---:|"
+	echo "| ib_write_bw -s 4 -R -l $k -Q $k | $pt | 1.00 | - | - | - | - | - |"
+	for tag in ev tick; do
+		server=$ev_server
+		[ "$tag" = ev ] || server=$tick_server
+		for w in 1 4; do
+			IFS=$'\t' read -r -a row <<<"$(headline_ratios "$tag" "$w")"
+			echo "| rdma_pool_client -k $k -w $w against $server | $(rates=$headline median "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
+		done
 	done
 	echo
-	echo "Against perftest at its best: the client at W=1 is $(headline_verdict 1)," \
-		"at W=4 $(headline_verdict 4) (ahead: the whole interval above 1;" \
-		"behind: below it; level: it holds 1)."
-	echo
-	echo "Each round: the three runs above, $writes writes each, against" \
-		"rdma_srq_pool_server_ev, taking turns at going first. writes/s:" \
-		"the median (lowest-highest). Round by round: the client's writes/s" \
+	echo "Each round: perftest's run, and for each server the client at" \
+		"W=1 and W=4 against it, $writes writes each run; these three take" \
+		"turns at going first. writes/s: the median (lowest-highest). Round by round: the client's writes/s" \
 		"over perftest's in the same round; the median of the $n ratios and" \
 		"the interval that holds their true median with 95% confidence" \
 		"(order statistics: the j-th lowest to the j-th highest ratio)." \
 		"Two runs of one commit agree when each one's median lies in the" \
-		"other's interval."
+		"other's interval. So: ahead when the whole interval lies above 1," \
+		"behind when below, level when it holds 1. Busiest CPU busy, other" \
+		"CPUs idle: over each client run, connecting included (/proc/stat), the median over the" \
+		"rounds; one CPU busy and the others idle means the work runs on one" \
+		"CPU, and more doorbells in flight (W) cannot spread it."
 	echo
 }
 

@@ -408,32 +408,83 @@ measure_rates() {
 	server_stop
 }
 
-headline=$out/headline.tsv # what  k  window  round  writes_per_s
-printf 'what\tk\twindow\tround\twrites_per_s\n' >"$headline"
+headline=$out/headline.tsv # what  k  window  round  writes_per_s  busiest_cpu_busy_pct  others_idle_pct
+printf 'what\tk\twindow\tround\twrites_per_s\tbusiest_cpu_busy_pct\tothers_idle_pct\n' >"$headline"
+
+# cpu_times: each CPU's line of /proc/stat (cpuN user nice system idle
+# iowait irq softirq steal ...), in clock ticks since boot; bash's own read.
+cpu_times() {
+	local line
+	while read -r line; do
+		if [[ $line == cpu[0-9]* ]]; then echo "$line"; fi
+	done </proc/stat
+}
+
+# cpu_shares BEFORE AFTER: between two cpu_times, the busiest CPU's busy
+# share (all but idle and iowait) and the other CPUs' idle share, as
+# percentages, tab-separated: whether one CPU did all the work.
+cpu_shares() {
+	awk 'NR == FNR { for (i = 2; i <= 9; i++) a[$1, i] = $i; next }
+	{
+		all = 0
+		for (i = 2; i <= 9; i++) all += $i - a[$1, i]
+		idle = $5 - a[$1, 5] + $6 - a[$1, 6]
+		busy[$1] = all > 0 ? 100 * (all - idle) / all : 0
+		idle_pct[$1] = all > 0 ? 100 * idle / all : 100
+		if (top == "" || busy[$1] > busy[top]) top = $1
+	}
+	END {
+		for (c in busy) if (c != top) { others += idle_pct[c]; n++ }
+		printf "%.0f\t%s\n", busy[top], n ? sprintf("%.0f", others / n) : "-"
+	}' <(echo "$1") <(echo "$2")
+}
 
 # The headline alone: the client at K = head_k, W = 1 and W = 4, against
-# ib_write_bw -l head_k -Q head_k, head_rounds rounds.  Under emulation a
-# whole round runs fast or slow (one run of make bench on 6.12 had
-# perftest's list at 22380 to 49405 writes/s), so the report compares the
-# client with perftest round by round; and the three take turns at going
-# first, so that none is always the one that starts after a pause.
+# ib_write_bw -l head_k -Q head_k, head_rounds rounds; against each server,
+# since they cost the writer differently: a doorbell that completes on the
+# event-driven server's armed CQ wakes it (the kernel's completion handler,
+# in the writer's system call or on its CPU), where the tick loop finds it
+# by polling.  Under emulation a whole round runs fast or slow (one run of
+# make bench on 6.12 had perftest's list at 22380 to 49405 writes/s), so
+# the report compares the client with perftest round by round; and in each
+# round perftest and the two servers take turns at going first, so that
+# none is always the one that starts after a pause.
 measure_headline() {
-	local r i w
-	local -a turn=(perftest 1 4)
-	server_start "$ev_server"
+	local r i
+	local -a turn=(perftest "$ev_server" "$tick_server")
 	for ((r = 1; r <= head_rounds; r++)); do
 		say "headline, round $r of $head_rounds"
 		for ((i = 0; i < 3; i++)); do
-			w=${turn[(r + i) % 3]}
-			if [ "$w" = perftest ]; then
+			case ${turn[(r + i) % 3]} in
+			perftest)
 				write_bw_list "$head_k"
-				printf 'ib_write_bw -l -Q\t%s\t-\t%d\t%s\n' "$head_k" "$r" "$rate" >>"$headline"
-			else
-				client_checked head -n "$writes" -k "$head_k" -w "$w"
-				printf 'client\t%s\t%s\t%d\t%s\n' "$head_k" "$w" "$r" \
-					"$(field writes_per_s "$work/head.out")" >>"$headline"
-			fi
+				printf 'ib_write_bw -l -Q\t%s\t-\t%d\t%s\t-\t-\n' "$head_k" "$r" "$rate" >>"$headline"
+				;;
+			"$ev_server") headline_clients "$r" "$ev_server" ev ;;
+			*) headline_clients "$r" "$tick_server" tick ;;
+			esac
 		done
+	done
+}
+
+# headline_clients ROUND SERVER TAG: SERVER started, the client at W = 1
+# and W = 4 against it (their order changes with the round), stopped; a
+# row of headline.tsv each, "client TAG".  Over each client run (connecting
+# included) the CPUs' shares say whether more doorbells in flight could
+# help: not while one CPU does all the work.
+headline_clients() {
+	local r=$1 tag=$3 w from before after
+	server_start "$2"
+	for w in $((r % 2 ? 1 : 4)) $((r % 2 ? 4 : 1)); do
+		from=$(($(server_lines) + 1))
+		before=$(cpu_times)
+		client_run head -n "$writes" -k "$head_k" -w "$w"
+		after=$(cpu_times)
+		clients_log head
+		doorbells_check "$from" 1 "$(doorbells_of head)"
+		printf 'client %s\t%s\t%s\t%d\t%s\t%s\n' "$tag" "$head_k" "$w" "$r" \
+			"$(field writes_per_s "$work/head.out")" \
+			"$(cpu_shares "$before" "$after")" >>"$headline"
 	done
 	server_stop
 }
