@@ -179,8 +179,8 @@ headline_section() {
 		"over perftest's in the same round; the median of the $n ratios and" \
 		"the interval that holds their true median with 95% confidence" \
 		"(order statistics: the j-th lowest to the j-th highest ratio)." \
-		"Two runs of one commit agree when each one's median lies in the" \
-		"other's interval. So: ahead when the whole interval lies above 1," \
+		"Two runs of one commit agree when their intervals overlap." \
+		"So: ahead when the whole interval lies above 1," \
 		"behind when below, level when it holds 1. Busiest CPU busy, other" \
 		"CPUs idle: over each client run, connecting included (/proc/stat), the median over the" \
 		"rounds; one CPU busy and the others idle means the work runs on one" \
