@@ -4,7 +4,7 @@
 # what each server costs in CPU time, and how each server scales with
 # clients.  A measurement, not a test.
 #
-#   scripts/soft-roce.sh scripts/bench.sh [--smoke | --headline] [OUTDIR]
+#   scripts/soft-roce.sh scripts/bench.sh [--smoke | --headline] [--rounds N] [OUTDIR]
 #
 # Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png,
 # OUTDIR/busy_poll.png and OUTDIR/scale.png (the plots), the raw numbers (*.tsv) and every program's
@@ -13,7 +13,7 @@
 # round, busy-poll budgets 0 and the default, up to 4 clients at once) for
 # make test.  --headline measures the headline alone (the client at K = 64
 # against ib_write_bw -l 64 -Q 64), a few minutes, to see whether two runs
-# of one commit agree.  BENCH_HEAD_ROUNDS sets its number of rounds.
+# of one commit agree.  --rounds N: the headline's rounds (20; smoke: 6).
 #
 # Rates are noisy, on an emulated CPU above all, so each rate is measured
 # ROUNDS times, every configuration once per round in turn, and the median
@@ -34,17 +34,30 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 
-mode=full # or smoke, or headline
-case ${1:-} in
---smoke | --headline)
-	mode=${1#--}
-	shift
-	;;
--*)
-	echo "bench: unknown option '$1' (usage: bench.sh [--smoke | --headline] [OUTDIR])" >&2
+usage_error() {
+	echo "bench: $*" >&2
+	echo "usage: bench.sh [--smoke | --headline] [--rounds N] [OUTDIR]" >&2
 	exit 2
-	;;
-esac
+}
+mode=full # or smoke, or headline
+head_rounds=''
+while [ $# -gt 0 ]; do
+	case $1 in
+	--smoke | --headline)
+		mode=${1#--}
+		shift
+		;;
+	--rounds)
+		[[ ${2:-} =~ ^[1-9][0-9]{0,3}$ ]] ||
+			usage_error "--rounds wants a number of rounds from 1 to 9999, not '${2:-}'"
+		head_rounds=$2
+		shift 2
+		;;
+	-*) usage_error "unknown option '$1'" ;;
+	*) break ;;
+	esac
+done
+[ $# -le 1 ] || usage_error "one OUTDIR at most, not '$*'"
 smoke=0
 [ "$mode" != smoke ] || smoke=1
 final=${1:-$top/bench-results}
@@ -55,16 +68,14 @@ if [ "$smoke" = 1 ]; then
 	scale_clients=(1 4) scale_writes=640
 	budgets=(0) lat_rounds=1 lat_clients=1 lat_idle_seconds=1
 	# Six rounds: the fewest that give a 95% interval (bench-report.sh).
-	head_k=16 head_rounds=6
+	head_k=16 head_rounds=${head_rounds:-6}
 else
 	writes=51200 ks=(1 4 16 64 256) windows=(1 4) rounds=5 step_k=64
 	lat_doorbells=1000 idle_seconds=10 load_clients=4 load_writes=20000
 	scale_clients=(1 2 4 8 16 32) scale_writes=20000
 	budgets=(0 10 20 50 100 200 500 2000) lat_rounds=4 lat_clients=3 lat_idle_seconds=2
-	head_k=64 head_rounds=${BENCH_HEAD_ROUNDS:-20}
+	head_k=64 head_rounds=${head_rounds:-20}
 fi
-[[ $head_rounds =~ ^[1-9][0-9]*$ ]] ||
-	{ echo "bench: BENCH_HEAD_ROUNDS='$head_rounds' is not a number of rounds (1 or more)" >&2; exit 2; }
 # writes is a multiple of every K: perftest's post list (-l K) must divide
 # its number of writes (perftest_parameters.c).
 for k in "${ks[@]}"; do
@@ -439,7 +450,7 @@ cpu_shares() {
 	}' <(echo "$1") <(echo "$2")
 }
 
-# The headline alone: the client at K = head_k, W = 1 and W = 4, against
+# The headline: the client at K = head_k, W = 1 and W = 4, against
 # ib_write_bw -l head_k -Q head_k, head_rounds rounds; against each server,
 # since they cost the writer differently: a doorbell that completes on the
 # event-driven server's armed CQ wakes it (the kernel's completion handler,

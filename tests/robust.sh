@@ -14,7 +14,7 @@ expect_error() {
 		fail "$t" "exited 0"
 	elif [ "$status" = 124 ] || ((SECONDS - start > secs)); then
 		fail "$t" "took more than $secs s"
-	elif ! grep -Eq "$regex" "$work/cmd.err"; then
+	elif ! grep -Eq -e "$regex" "$work/cmd.err"; then
 		fail "$t" "no message matching '$regex': $(head -c 300 "$work/cmd.err")"
 	else
 		pass "$t"
@@ -41,6 +41,22 @@ test_client_args() {
 	# 7999 is below the kernel's local port range, where the CM finds
 	# the tests' servers a port (--port 0): none listens there.
 	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
+}
+
+# make bench's arguments: each refused at once, naming what was wrong, and
+# before the run makes its folder.
+test_bench_args() {
+	local t=bench_args bench=$top/scripts/bench.sh dir=$work/bench-args
+	expect_error "$t/rounds_0" 5 "--rounds wants a number of rounds from 1 to 9999, not '0'" "$bench" --rounds 0 "$dir"
+	expect_error "$t/rounds_not_a_number" 5 "--rounds wants .* not 'many'" "$bench" --headline --rounds many "$dir"
+	expect_error "$t/rounds_missing" 5 "--rounds wants .* not ''" "$bench" --rounds
+	expect_error "$t/unknown_option" 5 "unknown option '--fast'" "$bench" --fast "$dir"
+	expect_error "$t/two_outdirs" 5 "one OUTDIR at most" "$bench" "$dir" "$dir.2"
+	if compgen -G "$dir*" >/dev/null; then
+		fail "$t/nothing_made" "a refused run left $(echo "$dir"*)"
+	else
+		pass "$t/nothing_made"
+	fi
 }
 
 # Server arguments, and a machine without an RDMA device: hidden here by
