@@ -9,7 +9,8 @@
 #   rxe        the rdma_rxe module for this kernel (Ubuntu keeps it in
 #              linux-modules-extra-$(uname -r)); soft-roce.sh asks for it
 #   vm         boot a VM where this kernel has no rdma_rxe (soft-roce.sh)
-#   vm-kernel  a kernel for that VM to boot, if /boot has none
+#   vm-kernel  a kernel for that VM to boot, if /boot has none (on
+#              Debian the VM fetches one for itself instead, vm-lib.sh)
 #   fuzz       libFuzzer (make test, make fuzz)
 #   wire       tshark (make wire, make test)
 #   bench      gnuplot (make bench, make test)

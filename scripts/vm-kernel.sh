@@ -15,7 +15,6 @@
 set -euo pipefail
 
 vm_prog=vm-kernel
-DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 # shellcheck source=scripts/vm-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 

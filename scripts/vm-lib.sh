@@ -11,9 +11,9 @@
 #
 # Which kernel: VM_KERNEL=VERSION if set (a kernel in /boot, or one that
 # scripts/vm-kernel.sh fetched into the cache), else the kernels in /boot,
-# newest first, until one can boot. Which accelerator: KVM if a probe guest
-# boots under it, else TCG (software emulation); VM_ACCEL=kvm|tcg skips the
-# probe.
+# newest first, until one can boot, else one fetched or installed for it
+# (kernel_for_vms). Which accelerator: KVM if a probe guest boots under
+# it, else TCG (software emulation); VM_ACCEL=kvm|tcg skips the probe.
 
 # shellcheck source=scripts/system-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/system-lib.sh"
@@ -28,6 +28,8 @@ vmdir=$repo/build/vm
 # Kernels fetched for VMs only (scripts/vm-kernel.sh), one folder each with
 # boot/ and lib/modules/ as a package would install them.
 KERNEL_CACHE=${KERNEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-pool-doorbell/kernels}
+# The keys Debian's archive is signed with (Debian's apt depends on them).
+DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 # How long a probe guest may take to say it booted under KVM.  Under TCG
 # the same guest needs about 3 s here; a working KVM, well under one.
 KVM_PROBE_SECONDS=15
@@ -244,6 +246,31 @@ find_kernel() {
 	vm_root=$(kernel_root "$vm_ver")
 }
 
+# kernel_for_vms: where /boot has no kernel the VM can boot (Debian's cloud
+# kernel has no rdma_rxe, a container has no kernel at all), one for the
+# VMs alone.  Where apt and Debian's archive keys are, Debian's kernel,
+# fetched into the cache (scripts/vm-kernel.sh): nothing is installed, so
+# the kernel this machine boots stays the one it had.  Elsewhere, the
+# package of this system that brings one (scripts/deps.sh vm-kernel:
+# installed as root, named otherwise).  Sets vm_ver and vm_root, or dies.
+kernel_for_vms() {
+	local why='each one'"'"'s reason is above'
+	[ -n "$(boot_kernels)" ] || why="/boot has none"
+	if command -v apt-get >/dev/null && command -v dpkg >/dev/null &&
+		[ -r "$DEBIAN_KEYRING" ]; then
+		say "no kernel in /boot can boot the Soft-RoCE VM ($why):" \
+			"fetching Debian's into $KERNEL_CACHE, for the VMs alone" \
+			"(scripts/vm-kernel.sh; nothing is installed)"
+		VM_KERNEL=$("$repo/scripts/vm-kernel.sh") ||
+			die "cannot fetch a kernel for the VMs (scripts/vm-kernel.sh, above)"
+	else
+		"$repo/scripts/deps.sh" vm-kernel ||
+			die "no kernel in /boot can boot the Soft-RoCE VM ($why)," \
+				"and none could be installed (above)"
+	fi
+	find_kernel || die "no kernel in /boot can boot the Soft-RoCE VM: each one's reason is above"
+}
+
 # Everything a VM needs, with what brings each; a kernel among them.
 check_prereqs() {
 	local missing=()
@@ -258,13 +285,7 @@ check_prereqs() {
 		die "cannot boot the Soft-RoCE VM without: ${missing[*]};" \
 			"scripts/deps.sh vm installs them"
 	fi
-	if ! find_kernel; then
-		[ -z "$(boot_kernels)" ] || die "no kernel in /boot can boot the" \
-			"Soft-RoCE VM: each one's reason is above"
-		die "no kernel in /boot can boot the Soft-RoCE VM (it needs one" \
-			"with rdma_rxe): scripts/deps.sh vm-kernel installs one," \
-			"or scripts/vm-kernel.sh fetches one for VMs only"
-	fi
+	find_kernel || kernel_for_vms
 	# The path goes on the kernel command line (split at spaces) and into
 	# qemu options (split at commas).
 	if [[ ! $repo =~ ^[A-Za-z0-9/._+-]+$ ]]; then
@@ -374,10 +395,8 @@ choose_accel() {
 # vm_root (the kernel), vm_initramfs and vm_accel.
 vm_prepare() {
 	# What a VM needs and this machine lacks: installed now as root, else
-	# named.  A kernel only if VM_KERNEL names none and /boot has none.
-	local needs=(vm)
-	[ -n "${VM_KERNEL:-}" ] || needs+=(vm-kernel)
-	"$repo/scripts/deps.sh" "${needs[@]}" ||
+	# named.  A kernel, if need be, once the others are there.
+	"$repo/scripts/deps.sh" vm ||
 		die "cannot boot a VM without what deps.sh named above"
 	check_prereqs
 	mkdir -p "$vmdir"

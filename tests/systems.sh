@@ -339,8 +339,59 @@ test_vm_kernel_failed_fetch() {
 	fi
 }
 
+# A machine whose kernel has no rdma_rxe, as Debian's cloud kernel: the VM
+# boots a kernel fetched for it alone, and nothing is installed (a kernel
+# package would change what this machine boots next).  /boot is hidden
+# behind one kernel whose modules lack rdma_rxe, in a mount namespace of
+# the test's own (root only); apt-get is stood in for by one that refuses
+# to install and passes everything else on (scripts/vm-kernel.sh's update
+# and download).
+test_vm_kernel_no_rxe_in_boot() {
+	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing bin=$work/refuse-install
+	local ver apt status=0 booted got
+	if [ "$(id -u)" != 0 ]; then
+		echo "SKIP systems/$t: needs root, to hide /boot in a mount namespace"
+		return
+	fi
+	# A kernel whose modules are here, hidden; else /boot is empty, as in
+	# a container.
+	ver=$(find /lib/modules -mindepth 1 -maxdepth 1 -type d -printf '%f\n' 2>/dev/null |
+		sort -V | tail -n 1)
+	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
+	mkdir -p "$bin"
+	# shellcheck disable=SC2016 # expanded by the stand-in
+	printf '#!/bin/sh\nfor a; do [ "$a" != install ] || { echo "apt-get $*" >>%q; exit 1; }; done\nexec %q "$@"\n' \
+		"$work/installs" "$apt" >"$bin/apt-get"
+	chmod +x "$bin/apt-get"
+	# shellcheck disable=SC2016 # expanded by sh
+	unshare --mount sh -c 'ver=$1; shift
+		mount -t tmpfs none /boot || exit
+		if [ -n "$ver" ]; then
+			: >"/boot/vmlinuz-$ver" &&
+			mount -t tmpfs none "/lib/modules/$ver" &&
+			: >"/lib/modules/$ver/modules.dep" || exit
+		fi
+		exec "$@"' sh "$ver" \
+		env PATH="$bin:$PATH" VM_KERNEL= "$top/scripts/vm-run.sh" uname -r \
+		>"$work/no-rxe.out" 2>"$work/no-rxe.err" || status=$?
+	booted=$(sed -n 's/^vm-run: kernel \(.*\), from .*/\1/p' "$work/no-rxe.err")
+	got=$(tail -n 1 "$work/no-rxe.out")
+	if [ -s "$work/installs" ]; then
+		fail "$t" "it installed a package: $(head -n 1 "$work/installs")"
+	elif [ "$status" != 0 ]; then
+		fail "$t" "vm-run.sh exited $status: $(tail -n 2 "$work/no-rxe.err" | paste -sd' ')"
+	elif [ -n "$ver" ] && ! grep -qF "kernel $ver cannot boot the VM: no rdma_rxe module" "$work/no-rxe.err"; then
+		fail "$t" "no word on why $ver cannot boot the VM: $(head -n 3 "$work/no-rxe.err" | paste -sd' ')"
+	elif [ -z "$booted" ] || [ "$booted" = "$ver" ] || [ "$got" != "$booted" ]; then
+		fail "$t" "the VM ran kernel '$got', and vm-run.sh named '$booted', not a fetched kernel"
+	else
+		pass "$t"
+	fi
+}
+
 test_deps
 test_table_meaning
+test_vm_kernel_no_rxe_in_boot
 test_vm_kernel_failed_fetch
 test_static_probe
 test_make_names_the_package
