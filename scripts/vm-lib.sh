@@ -41,7 +41,7 @@ KVM_PROBE_SECONDS=15
 INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p)
 
 # PID 1 of the VM (busybox sh). The kernel turns the name=value words of its
-# command line that it does not know (vm_repo, vm_job, vm_nic_mac...) into
+# command line that it does not know (vm_repo, vm_job, vm_nic_macs...) into
 # init's environment.
 INIT=$(cat <<'EOF'
 #!/bin/busybox sh
@@ -77,24 +77,31 @@ if [ -n "${vm_probe:-}" ]; then
 	shutdown
 fi
 
-# One VM of a pair (vm-pair.sh): Soft-RoCE on the virtio NIC that the cable
-# plugs into, so that every packet really leaves this kernel. The NIC is
-# the one with the MAC qemu was given; clients connect to vm_server_addr.
-rxe_on_cable() {
-	local nic='' d
+# One VM of a pair (vm-pair.sh): Soft-RoCE on each virtio NIC that a cable
+# plugs into, so that every packet really leaves this kernel: rxe0 on the
+# first cable, rxe1 on the second.  Each NIC is the one with the MAC qemu
+# was given; vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per
+# cable, comma separated, and clients connect to the server's address on
+# the first (RDMA_ADDR; RDMA_ADDRS has every cable's).
+rxe_on_cables() {
+	local i=1 mac addr nic d
 	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
-	for d in /sys/class/net/*; do
-		[ "$(cat "$d/address")" = "$vm_nic_mac" ] && nic=${d##*/}
+	for mac in $(echo "$vm_nic_macs" | tr , ' '); do
+		addr=$(echo "$vm_nic_addrs" | cut -d, -f"$i")
+		nic=''
+		for d in /sys/class/net/*; do
+			[ "$(cat "$d/address")" = "$mac" ] && nic=${d##*/}
+		done
+		[ -n "$nic" ] || fail "no network interface has the MAC $mac"
+		# No IPv6 chatter (router solicitations...) on the cable: only
+		# ARP and RoCE go over it.
+		echo 1 >"/proc/sys/net/ipv6/conf/$nic/disable_ipv6"
+		on_host ip link set "$nic" up
+		on_host ip addr add "$addr/24" dev "$nic"
+		on_host rdma link add "rxe$((i - 1))" type rxe netdev "$nic"
+		i=$((i + 1))
 	done
-	[ -n "$nic" ] || fail "no network interface has the MAC $vm_nic_mac"
-	# No IPv6 chatter (router solicitations...) on the cable: only ARP
-	# and RoCE go over it.
-	echo 1 >"/proc/sys/net/ipv6/conf/$nic/disable_ipv6"
-	on_host ip link set lo up
-	on_host ip link set "$nic" up
-	on_host ip addr add "$vm_nic_addr/24" dev "$nic"
-	on_host rdma link add rxe0 type rxe netdev "$nic"
-	RDMA_ENV="$RDMA_ENV RDMA_ADDR=$vm_server_addr RDMA_DEV=rxe0"
+	RDMA_ENV="$RDMA_ENV RDMA_ADDR=${vm_server_addrs%%,*} RDMA_ADDRS=$vm_server_addrs RDMA_DEV=rxe0"
 }
 
 while read -r m; do
@@ -139,8 +146,8 @@ echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 # device here, on the cable.  Either way this is no container, even if the
 # host's files (/.dockerenv) say that the host is one.
 RDMA_ENV="SOFT_ROCE_IN_VM=1 container="
-[ -z "${vm_nic_mac:-}" ] || rxe_on_cable
 on_host ip link set lo up
+[ -z "${vm_nic_macs:-}" ] || rxe_on_cables
 
 # ttyS0 is the host's stdout; ttyS1, the console, is its stderr.
 # shellcheck disable=SC2086 # RDMA_ENV is words

@@ -8,7 +8,8 @@
 # writable), each with one virtual NIC and Soft-RoCE (rxe0) on it. The cable
 # between the NICs is a socket of this host: the VMs reach each other and
 # nothing else, and this host only carries their frames from one qemu to
-# the other.
+# the other. (VM_CABLE may ask for a second cable, with a second NIC and
+# rxe1 in each VM, to test another kind of cable in the same boot.)
 # Unlike the single VM, where rxe hands packets from one QP to the other
 # inside one kernel, here every RoCE packet leaves one kernel as an
 # Ethernet frame and enters the other.
@@ -20,7 +21,9 @@
 #
 # CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1)
 # and WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the
-# server's address, the one clients connect to. The two can coordinate
+# server's address, the one clients connect to. (On cable N, counted from
+# 0, the addresses are 198.18.N.1 and .2; RDMA_ADDRS lists the server's on
+# each, comma separated.) The two can coordinate
 # through files in the repository, which both see. Their output comes out
 # here, each line marked "[server vm]" or "[client vm]".
 #
@@ -33,8 +36,10 @@
 #   VM_TIMEOUT   seconds each VM may run (default 1800)
 #   VM_PASS_ENV  names of variables to pass to CMD, space separated
 #   VM_GRACE     seconds one VM may go on after the other ended (default 60)
-#   VM_CABLE     stream or socket: the qemu netdev of the cable (see
-#                cable_plan); VM_KERNEL, VM_ACCEL: see vm-lib.sh
+#   VM_CABLE     the qemu netdev of each cable, space separated: stream,
+#                socket or auto (default: one, auto; see cable_plan);
+#                --pcap records the first.  VM_KERNEL, VM_ACCEL: see
+#                vm-lib.sh
 set -euo pipefail
 
 vm_prog=vm-pair
@@ -43,12 +48,7 @@ vm_prog=vm-pair
 
 VM_GRACE=${VM_GRACE:-60}
 # Set in main, and read by the EXIT trap after main has returned.
-pair='' cable='' server='' client=''
-SERVER_ADDR=198.18.0.1 # RFC 2544 benchmarking range; only inside the VMs
-CLIENT_ADDR=198.18.0.2
-# Locally administered MACs (qemu's own prefix), one per NIC.
-SERVER_MAC=52:54:00:00:00:01
-CLIENT_MAC=52:54:00:00:00:02
+pair='' cable='' server='' client='' pcap=''
 
 usage() {
 	echo "usage: $0 [--pcap FILE] CMD [ARGS...]" >&2
@@ -60,62 +60,88 @@ label() {
 	sed -u "s/\r//g; s/^/[$1 vm] /"
 }
 
-# run_vm ROLE JOB ADDR MAC [QEMU_ARGS...]: boot one VM of the pair, with
-# its NIC on the cable that QEMU_ARGS define (as netdev "cable"), and
-# record qemu's exit status in JOB/qemu.
+# run_vm ROLE JOB HOST NETDEV...: boot one VM of the pair, HOST 1 (the
+# server) or 2 (the client), with a NIC on each cable NETDEV defines
+# (cable N is netdev "cableN"), and record qemu's exit status in JOB/qemu.
+# Cable N's addresses are 198.18.N.HOST, of RFC 2544's benchmarking range,
+# and only ever inside the VMs; its MACs are locally administered ones, of
+# qemu's own prefix.
 run_vm() {
-	local role=$1 job=$2 addr=$3 mac=$4 status=0
-	shift 4
-	VM_APPEND="vm_nic_mac=$mac vm_nic_addr=$addr vm_server_addr=$SERVER_ADDR"
+	local role=$1 job=$2 host=$3 n=0 net args=() macs='' addrs='' servers=''
+	local status=0 mac
+	shift 3
+	for net in "$@"; do
+		mac=$(printf '52:54:00:00:%02x:%02x' "$n" "$host")
+		args+=(-netdev "$net" -device "virtio-net-pci,netdev=cable$n,mac=$mac")
+		macs+=,$mac addrs+=,198.18.$n.$host servers+=,198.18.$n.1
+		n=$((n + 1))
+	done
+	if [ "$role" = server ] && [ -n "$pcap" ]; then
+		args+=(-object "filter-dump,id=dump,netdev=cable0,file=$pcap")
+	fi
+	VM_APPEND="vm_nic_macs=${macs#,} vm_nic_addrs=${addrs#,} vm_server_addrs=${servers#,}"
 	# The same swap of stdout and stderr as in vm-run.sh.
-	{ VM_APPEND=$VM_APPEND boot_vm "$job" 1024 1 -pidfile "$job/qemu.pid" "$@" \
-		-device "virtio-net-pci,netdev=cable,mac=$mac" \
-		2>&1 >&3 3>&- | label "$role" >&2; } 3>&1 | label "$role" ||
-		status=$?
+	{ VM_APPEND=$VM_APPEND boot_vm "$job" 1024 1 -pidfile "$job/qemu.pid" \
+		"${args[@]}" 2>&1 >&3 3>&- | label "$role" >&2; } 3>&1 |
+		label "$role" || status=$?
 	echo "$status" >"$job/qemu"
 }
 
-# The cable: a "stream" netdev over a Unix socket of this host where qemu
-# has one (7.2 and later), else the older "socket" netdev over TCP on
-# 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).  VM_CABLE=stream|socket chooses.
-# Sets server_net and client_net (each VM's -netdev) and cable_up, a
-# command that is true once the server VM's qemu listens.
+# The cables: each a "stream" netdev over a Unix socket of this host where
+# qemu has one (7.2 and later; "auto" takes it there), or the older
+# "socket" netdev over TCP on 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).
+# VM_CABLE names one kind per cable.  Sets server_nets and client_nets
+# (each VM's -netdev, one per cable) and cable_ups (one shell command per
+# cable, true once the server VM's qemu listens on it).
 cable_plan() {
-	local kind=${VM_CABLE:-} port
-	if [ -z "$kind" ]; then
-		kind=socket
-		qemu-system-x86_64 -netdev help 2>/dev/null | grep -qx stream &&
-			kind=stream
-	fi
-	case $kind in
-	stream)
-		# The socket's path must be short (108 bytes): not in the
-		# repository.
-		server_net="stream,id=cable,server=on,addr.type=unix,addr.path=$cable/sock"
-		client_net="stream,id=cable,server=off,addr.type=unix,addr.path=$cable/sock"
-		cable_up=(test -S "$cable/sock")
-		;;
-	socket)
-		# A port nobody listens on; only this host can reach 127.0.0.1.
-		port=$((20000 + RANDOM % 20000))
-		while ss -Htln "sport = :$port" | grep -q .; do
+	local kinds kind n=0 port ports=' '
+	read -ra kinds <<<"${VM_CABLE:-auto}"
+	server_nets=() client_nets=() cable_ups=()
+	for kind in "${kinds[@]}"; do
+		if [ "$kind" = auto ]; then
+			kind=socket
+			qemu-system-x86_64 -netdev help 2>/dev/null | grep -qx stream &&
+				kind=stream
+		fi
+		case $kind in
+		stream)
+			# The socket's path must be short (108 bytes): not in
+			# the repository.
+			server_nets+=("stream,id=cable$n,server=on,addr.type=unix,addr.path=$cable/sock$n")
+			client_nets+=("stream,id=cable$n,server=off,addr.type=unix,addr.path=$cable/sock$n")
+			cable_ups+=("test -S $cable/sock$n")
+			;;
+		socket)
+			# A port nobody listens on, nor another cable of
+			# ours; only this host can reach 127.0.0.1.
 			port=$((20000 + RANDOM % 20000))
-		done
-		server_net="socket,id=cable,listen=127.0.0.1:$port"
-		client_net="socket,id=cable,connect=127.0.0.1:$port"
-		cable_up=(sh -c "ss -Htln 'sport = :$port' | grep -q .")
-		;;
-	*) die "VM_CABLE must be stream or socket, not '$kind'" ;;
-	esac
-	say "cable: qemu's $kind netdev"
+			while [[ $ports == *" $port "* ]] ||
+				ss -Htln "sport = :$port" | grep -q .; do
+				port=$((20000 + RANDOM % 20000))
+			done
+			ports+="$port "
+			server_nets+=("socket,id=cable$n,listen=127.0.0.1:$port")
+			client_nets+=("socket,id=cable$n,connect=127.0.0.1:$port")
+			cable_ups+=("ss -Htln 'sport = :$port' | grep -q .")
+			;;
+		*) die "VM_CABLE: a cable is stream, socket or auto, not '$kind'" ;;
+		esac
+		say "cable $n: qemu's $kind netdev"
+		n=$((n + 1))
+	done
+	[ "$n" -gt 0 ] || die "VM_CABLE names no cable"
 }
 
-# wait_for_cable PID: true once the server VM's qemu listens on the cable;
-# false if that qemu (background job PID) ended first or 30 s went by.
-wait_for_cable() {
-	local end=$((SECONDS + 30))
+# wait_for_cables PID: true once the server VM's qemu listens on every
+# cable; false if that qemu (background job PID) ended first or 30 s went
+# by.
+wait_for_cables() {
+	local end=$((SECONDS + 30)) up
 	while ((SECONDS < end)); do
-		"${cable_up[@]}" && return 0
+		for up in "${cable_ups[@]}" ''; do
+			[ -n "$up" ] || return 0
+			sh -c "$up" || break
+		done
 		kill -0 "$1" 2>/dev/null || return 1
 		sleep 0.1
 	done
@@ -155,7 +181,7 @@ cleanup() {
 }
 
 main() {
-	local pcap='' server_pid client_pid dump=() server_rc client_rc
+	local server_pid client_pid server_rc client_rc
 	if [ "${1:-}" = --pcap ]; then
 		[ $# -ge 2 ] || usage
 		pcap=$(realpath -m -- "$2")
@@ -182,20 +208,17 @@ main() {
 	WIRE_ROLE=client VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
 		write_job "$@" >"$client/job.sh"
 
-	# The server VM holds the listening end of the cable (and the
+	# The server VM holds the listening end of each cable (and the
 	# recorder); the client VM can plug in only once it listens.
-	[ -n "$pcap" ] && dump=(-object "filter-dump,id=dump,netdev=cable,file=$pcap")
-	run_vm server "$server" "$SERVER_ADDR" "$SERVER_MAC" \
-		-netdev "$server_net" "${dump[@]}" &
+	run_vm server "$server" 1 "${server_nets[@]}" &
 	server_pid=$!
-	if ! wait_for_cable "$server_pid"; then
+	if ! wait_for_cables "$server_pid"; then
 		stop_qemu "$server"
 		wait "$server_pid" || true
-		die "the server VM did not start listening on the cable" \
-			"($server_net); see the messages above"
+		die "the server VM did not start listening on the cables" \
+			"(${server_nets[*]}); see the messages above"
 	fi
-	run_vm client "$client" "$CLIENT_ADDR" "$CLIENT_MAC" \
-		-netdev "$client_net" &
+	run_vm client "$client" 2 "${client_nets[@]}" &
 	client_pid=$!
 
 	# Normally the client's job finishes first, and the server's right

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # cable-ping.sh: three rpings from the client VM of scripts/vm-pair.sh to
-# the server VM, across the cable (tests/wire.sh).  The client retries
-# until the server VM's rping listens; it prints "rping: 3 pings" on success.
+# the server VM, across the last of its cables (tests/wire.sh gives the
+# VMs a second cable, of qemu's socket netdev, and runs this after the
+# sessions of the first).  The client retries until the server VM's rping
+# listens; it prints "rping: 3 pings over ADDRESS" on success.
 set -euo pipefail
 
-: "${RDMA_ADDR:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR}"
+: "${RDMA_ADDRS:?run this through scripts/vm-pair.sh, which sets RDMA_ADDRS}"
 : "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
+RDMA_ADDR=${RDMA_ADDRS##*,}
 PORT=7474
 
 if [ "$WIRE_ROLE" = server ]; then
@@ -13,7 +16,7 @@ if [ "$WIRE_ROLE" = server ]; then
 fi
 for _ in $(seq 120); do
 	if timeout 20 rping -c -a "$RDMA_ADDR" -p "$PORT" -C 3 >/dev/null 2>&1; then
-		echo "rping: 3 pings"
+		echo "rping: 3 pings over $RDMA_ADDR"
 		exit 0
 	fi
 	sleep 0.5
