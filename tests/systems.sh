@@ -88,7 +88,7 @@ test_deps() {
 	# is in kernel-modules since 9.3; qemu-kvm has no TCG, no VM there.
 	expect_deps rhel-9.6 "build run" "deps: $note|deps: $r, build run: dnf install -y $RH_BUILD_RUN"
 	expect_deps rhel-9.6 "rxe" "deps: $note|deps: $r, rxe: dnf install -y kernel-modules-$KVER"
-	expect_deps rhel-9.6 "vm" "deps: $r has no package for qemu for x86-64, with TCG and 9p (vm)|deps: $r has no package for a statically linked busybox (vm)|deps: $note|deps: $r, vm: dnf install -y cpio xz zstd" 1
+	expect_deps rhel-9.6 "vm" "deps: $r has no package for qemu for x86-64, with TCG and 9p (vm)|deps: $note|deps: $r, vm: dnf install -y busybox cpio xz zstd" 1
 	expect_deps rocky-9.3 "build run" "deps: $note|deps: $rocky, build run: dnf install -y $RH_BUILD_RUN"
 	expect_deps almalinux-9.6 "build run" "deps: $note|deps: $alma, build run: dnf install -y $RH_BUILD_RUN"
 }
@@ -314,6 +314,91 @@ test_table_meaning() {
 	fi
 }
 
+# probe_finds PROBE PATH: true if the table's PROBE looks for a file such
+# as PATH (a path a package ships).  The special probes look for the file
+# that brings what they test: rdma_rxe its module, vm-kernel a kernel
+# image, static-busybox busybox (statically linked, as the packaging
+# file's comment says), libfuzzer clang's fuzzing runtime.
+probe_finds() {
+	local glob
+	case $1 in
+	cmd:*) [[ $2 == */bin/"${1#cmd:}" || $2 == */sbin/"${1#cmd:}" ]] ;;
+	pc:*) [[ $2 == */pkgconfig/"${1#pc:}".pc ]] ;;
+	file:*)
+		for glob in ${1//,/ }; do
+			# shellcheck disable=SC2053 # the glob is a pattern
+			[[ $2 == ${glob#file:} ]] && return 0
+		done
+		return 1
+		;;
+	rdma_rxe) [[ $2 == */rdma_rxe.ko* ]] ;;
+	vm-kernel) [[ $2 == */vmlinuz* ]] ;;
+	static-busybox) [[ $2 == */busybox ]] ;;
+	libfuzzer) [[ $2 == */libclang_rt.fuzzer*.a ]] ;;
+	*) return 1 ;;
+	esac
+}
+
+# packaging_meaning TABLE SYSTEM PACKAGING: for each need of TABLE, whether
+# the packages it names for SYSTEM (tests/os-release/SYSTEM) ship a file
+# its probe looks for, by PACKAGING: what that system's packages ship
+# ("PACKAGE PATH" lines), and what none of them does ("! PATH"), each as
+# the system's own packaging says (the source is on each line).  Prints a
+# line per need where the table and PACKAGING differ ("!" is a package
+# name here, for none).
+packaging_meaning() (
+	# shellcheck source=scripts/system-lib.sh
+	. "$top/scripts/system-lib.sh"
+	PACKAGES_TABLE=$1 OS_RELEASE=$fixtures/$2
+	read_os_release
+	local need probe pkgs p pkg path found bringers shipped
+	# shellcheck disable=SC2016 # $KVER is the packaging file's word
+	shipped=$(sed 's/#.*//; s/\$KVER/'"$KVER"'/g' "$3" 2>/dev/null | awk 'NF == 2')
+	while read -r _ need probe _; do
+		[ "$probe" != - ] || continue
+		pkgs=$(packages_of "$need")
+		found='' bringers=''
+		while read -r pkg path; do
+			probe_finds "$probe" "$path" || continue
+			bringers+=" $pkg"
+			for p in $pkgs; do
+				[ "$p" != "$pkg" ] || found=yes
+			done
+		done <<<"$shipped"
+		[ -n "$found" ] && continue
+		echo "$need: the table says ${pkgs:-nothing} for $2, and $3 says${bringers:- nothing about it}"
+	done < <(grep -v '^#' "$PACKAGES_TABLE")
+)
+
+# Every other system's choices, held to what its packaging says: each need
+# of the table, for each system the table names.
+test_packaging() {
+	local sys packaging out t
+	# RHEL's rebuilds ship what RHEL does, under the same names.
+	for sys in ubuntu-22.04 ubuntu-24.04 fedora-42 rhel-9.6 rocky-9.3 almalinux-9.6; do
+		t=packages/$sys/bring_what_they_say
+		case $sys in
+		rhel-9* | rocky-9* | almalinux-9*) packaging=$top/tests/packaging/rhel-9 ;;
+		*) packaging=$top/tests/packaging/$sys ;;
+		esac
+		out=$(packaging_meaning "$top/scripts/packages.txt" "$sys" "$packaging")
+		if [ ! -r "$packaging" ]; then
+			fail "$t" "no $packaging to hold the table to"
+		elif [ -n "$out" ]; then
+			fail "$t" "$(paste -sd';' <<<"$out")"
+		else
+			pass "$t"
+		fi
+	done
+	sed 's/fedora=librdmacm-utils/fedora=perftest/' "$top/scripts/packages.txt" >"$work/wrong-fedora.txt"
+	out=$(packaging_meaning "$work/wrong-fedora.txt" fedora-42 "$top/tests/packaging/fedora-42")
+	if grep -qx "rping: the table says perftest for fedora-42, and $top/tests/packaging/fedora-42 says librdmacm-utils" <<<"$out"; then
+		pass "packages/fedora-42/catches_a_wrong_package"
+	else
+		fail "packages/fedora-42/catches_a_wrong_package" "rping given perftest on Fedora was not caught: $(paste -sd';' <<<"$out")"
+	fi
+}
+
 # A kernel fetch for the VMs that fails half way (here the package will not
 # unpack; apt-get and apt-cache are stood in for, so nothing is
 # downloaded) says what failed, exits non-zero and leaves no staging
@@ -391,6 +476,7 @@ test_vm_kernel_no_rxe_in_boot() {
 
 test_deps
 test_table_meaning
+test_packaging
 test_vm_kernel_no_rxe_in_boot
 test_vm_kernel_failed_fetch
 test_static_probe
