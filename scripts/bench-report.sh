@@ -11,24 +11,23 @@ out=$1 checked=$2 mode=$3
 headline=$out/headline.tsv
 rates=$out/rates.tsv
 scale=$out/scale.tsv
+stats=$(cat "$(dirname "$0")/stats.awk")
 
-# median WHAT K WINDOW [range]: the median writes/s of those rows of
-# rates.tsv; with "range", followed by the lowest and highest.
+# median FILE WHAT K WINDOW [range]: the median writes/s of those rows of
+# FILE (rates.tsv or headline.tsv); with "range", followed by the lowest
+# and highest.
 median() {
-	awk -F'\t' -v what="$1" -v k="$2" -v w="$3" -v range="${4:-}" '
-		NR > 1 && $1 == what && $2 == k && $3 == w { v[n++] = $5 }
+	awk -F'\t' -v what="$2" -v k="$3" -v w="$4" -v range="${5:-}" "$stats"'
+		NR > 1 && $1 == what && $2 == k && $3 == w { v[++n] = $5 }
 		END {
 			if (!n) exit 1
-			for (i = 1; i < n; i++)
-				for (j = i; j > 0 && v[j - 1] > v[j]; j--) {
-					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-				}
-			m = (n % 2) ? v[int(n / 2)] : int((v[n / 2 - 1] + v[n / 2]) / 2)
+			sort_values(v, n)
+			m = int(median_of(v, n))
 			if (range && n > 1)
-				printf "%s (%s-%s)\n", m, v[0], v[n - 1]
+				printf "%s (%s-%s)\n", m, v[1], v[n]
 			else
 				print m
-		}' "$rates"
+		}' "$1"
 }
 
 # latency_table: one row per server of latency.tsv, in the order they
@@ -36,15 +35,12 @@ median() {
 # run's median and p99 round trip (with the lowest and highest median) and
 # of the idle CPU.
 latency_table() {
-	awk -F'\t' '
-		function med(list,   n, v, i, j, t) {
+	awk -F'\t' "$stats"'
+		function med(list,   n, v) {
 			n = split(list, v, " ")
-			for (i = 2; i <= n; i++)
-				for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
-					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-				}
+			sort_values(v, n)
 			lo = v[1]; hi = v[n]
-			return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			return median_of(v, n)
 		}
 		NR > 1 {
 			if (!($1 in m)) order[k++] = $1
@@ -68,22 +64,18 @@ ratio() {
 # (-l K -Q K) in the same round; the median of these ratios (lowest-highest):
 # the spread of the comparison itself, which the medians' ratio hides.
 round_ratios() {
-	awk -F'\t' -v k="$1" '
+	awk -F'\t' -v k="$1" "$stats"'
 		NR > 1 && $2 == k && $1 == "client" && $5 > best[$4] { best[$4] = $5 }
 		NR > 1 && $2 == k && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
 		END {
 			for (r in pt)
-				if (pt[r] > 0 && r in best) v[n++] = best[r] / pt[r]
+				if (pt[r] > 0 && r in best) v[++n] = best[r] / pt[r]
 			if (!n) exit 1
-			for (i = 1; i < n; i++)
-				for (j = i; j > 0 && v[j - 1] > v[j]; j--) {
-					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-				}
-			m = (n % 2) ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2
+			sort_values(v, n)
 			if (n > 1)
-				printf "%.2f (%.2f-%.2f)\n", m, v[0], v[n - 1]
+				printf "%.2f (%.2f-%.2f)\n", median_of(v, n), v[1], v[n]
 			else
-				printf "%.2f\n", m
+				printf "%.2f\n", v[1]
 		}' "$rates"
 }
 
@@ -104,18 +96,15 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 # 1 - 2 P(X < j), X binomial (n, 1/2), and j is the highest that keeps
 # this at 95% or more (n = 20: the 6th to the 15th, 95.9%).
 headline_ratios() {
-	awk -F'\t' -v what="client $1" -v w="$2" '
+	awk -F'\t' -v what="client $1" -v w="$2" "$stats"'
 		NR > 1 && $1 == what && $3 == w { c[$4] = $5 }
 		NR > 1 && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
 		END {
 			for (r in pt)
 				if (pt[r] > 0 && r in c) v[++n] = c[r] / pt[r]
 			if (!n) exit 1
-			for (i = 2; i <= n; i++)
-				for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
-					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-				}
-			m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			sort_values(v, n)
+			m = median_of(v, n)
 			# P(X <= i) for i = 0, 1, ...: the j-th order statistic
 			# misses the median below with probability P(X < j).
 			p = 0.5 ^ n; cdf = p; j = 0
@@ -140,15 +129,12 @@ verdict() {
 # cpu_median TAG W COLUMN: the median of that column of headline.tsv over
 # the client's runs at W against the server TAG (a share of CPU time, %).
 cpu_median() {
-	awk -F'\t' -v what="client $1" -v w="$2" -v col="$3" '
+	awk -F'\t' -v what="client $1" -v w="$2" -v col="$3" "$stats"'
 		NR > 1 && $1 == what && $3 == w && $col != "-" { v[++n] = $col }
 		END {
 			if (!n) { print "-"; exit }
-			for (i = 2; i <= n; i++)
-				for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
-					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-				}
-			printf "%.0f%%\n", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			sort_values(v, n)
+			printf "%.0f%%\n", median_of(v, n)
 		}' "$headline"
 }
 
@@ -158,7 +144,7 @@ headline_section() {
 	local k n pt w row tag server
 	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
 	n=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$headline")
-	pt=$(rates=$headline median "ib_write_bw -l -Q" "$k" - range)
+	pt=$(median "$headline" "ib_write_bw -l -Q" "$k" - range)
 	echo "## The headline: K=$k against ib_write_bw -s 4 -l $k -Q $k, $n rounds"
 	echo
 	echo "| writer | writes/s | ÷ perftest, round by round | its 95% interval | lowest-highest | so | busiest CPU busy | other CPUs idle |"
@@ -169,7 +155,7 @@ headline_section() {
 		[ "$tag" = ev ] || server=$tick_server
 		for w in 1 4; do
 			IFS=$'\t' read -r -a row <<<"$(headline_ratios "$tag" "$w")"
-			echo "| rdma_pool_client -k $k -w $w against $server | $(rates=$headline median "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
+			echo "| rdma_pool_client -k $k -w $w against $server | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
 		done
 	done
 	echo
@@ -201,7 +187,7 @@ headline_section() {
 } >"$out/results.md"
 [ "$mode" != headline ] || exit 0
 
-bw=$(median ib_write_bw - -)
+bw=$(median "$rates" ib_write_bw - -)
 rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
 ks=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $2 }' "$rates" | sort -nu)
 windows=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $3 }' "$rates" | sort -nu)
@@ -221,13 +207,13 @@ read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 	for _ in "${wins[@]}"; do printf -- '---:|---:|'; done
 	echo
 	printf '| ib_write_bw -s 4 -R | - |'
-	for _ in "${wins[@]}"; do printf ' %s | 1.00 |' "$(median ib_write_bw - - range)"; done
+	for _ in "${wins[@]}"; do printf ' %s | 1.00 |' "$(median "$rates" ib_write_bw - - range)"; done
 	echo
 	for k in $ks; do
 		printf '| rdma_pool_client | %s |' "$k"
 		for w in "${wins[@]}"; do
-			m=$(median client "$k" "$w")
-			printf ' %s | %s |' "$(median client "$k" "$w" range)" "$(ratio "$m" "$bw")"
+			m=$(median "$rates" client "$k" "$w")
+			printf ' %s | %s |' "$(median "$rates" client "$k" "$w" range)" "$(ratio "$m" "$bw")"
 		done
 		echo
 	done
@@ -245,13 +231,13 @@ read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 	for _ in "${wins[@]}"; do printf -- '---:|'; done
 	echo '---:|---:|'
 	for k in $ks; do
-		pl=$(median "ib_write_bw -l -Q" "$k" -) || continue
-		printf '| %s | %s |' "$k" "$(median "ib_write_bw -l -Q" "$k" - range)"
+		pl=$(median "$rates" "ib_write_bw -l -Q" "$k" -) || continue
+		printf '| %s | %s |' "$k" "$(median "$rates" "ib_write_bw -l -Q" "$k" - range)"
 		best=0
 		for w in "${wins[@]}"; do
-			m=$(median client "$k" "$w")
+			m=$(median "$rates" client "$k" "$w")
 			if ((m > best)); then best=$m; fi
-			printf ' %s |' "$(median client "$k" "$w" range)"
+			printf ' %s |' "$(median "$rates" client "$k" "$w" range)"
 		done
 		echo " $(ratio "$best" "$pl") | $(round_ratios "$k") |"
 	done
@@ -271,8 +257,8 @@ read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 	echo "| client options | inline | one post per batch | W | writes/s | ratio to ib_write_bw |"
 	echo "|---|---|---|---:|---:|---:|"
 	while IFS='|' read -r what opts inl lst w; do
-		m=$(median "$what" "$step_k" "$w")
-		echo "| $opts | $inl | $lst | $w | $(median "$what" "$step_k" "$w" range) | $(ratio "$m" "$bw") |"
+		m=$(median "$rates" "$what" "$step_k" "$w")
+		echo "| $opts | $inl | $lst | $w | $(median "$rates" "$what" "$step_k" "$w" range) | $(ratio "$m" "$bw") |"
 	done <<EOF
 client --no-inline --post-each|--no-inline --post-each|no|no|1
 client --post-each|--post-each|yes|no|1
@@ -355,7 +341,7 @@ EOF
 # window, and ib_write_bw's rate as a horizontal line.
 for k in $ks; do
 	printf '%s' "$k"
-	for w in "${wins[@]}"; do printf '\t%s' "$(median client "$k" "$w")"; done
+	for w in "${wins[@]}"; do printf '\t%s' "$(median "$rates" client "$k" "$w")"; done
 	echo
 done >"$out/plot.dat"
 plots="$bw title 'ib_write_bw -s 4' with lines dashtype 2 linewidth 2"
