@@ -4,10 +4,12 @@
 # installed and nothing is changed: deps.sh --dry-run prints the command it
 # would run there, and the doctor is run where rdma_rxe is missing, as on
 # Ubuntu without linux-modules-extra, on Fedora without kernel-modules-extra,
-# or in a container, to see the fix it gives each.  On this system itself,
-# dpkg is asked whether each package of scripts/packages.txt brings what
-# the table says it brings, and a kernel fetch for the VMs
-# (scripts/vm-kernel.sh) that fails half way must leave nothing behind.
+# or in a container, to see the fix it gives each.  What each package the
+# table picks brings is checked: on this system by asking dpkg, and for
+# Ubuntu, Fedora and RHEL against tests/packaging/, read from their own
+# packaging.  A kernel fetch for the VMs (scripts/vm-kernel.sh) that fails
+# half way must leave nothing behind, and where /boot has no kernel with
+# rdma_rxe the VM must boot one fetched for it, installing nothing.
 #
 # Prints "PASS name" or "FAIL name: why" per test, "SKIP name: why" where
 # this user cannot run it.
