@@ -3,7 +3,7 @@
 # from that system's real /etc/os-release (tests/os-release/*).  Nothing is
 # installed and nothing is changed: deps.sh --dry-run prints the command it
 # would run there, and the doctor is run where rdma_rxe is missing, as on
-# Ubuntu without linux-modules-extra, on Fedora without kernel-modules-extra,
+# Ubuntu without linux-modules-extra, on Fedora without kernel-modules,
 # or in a container, to see the fix it gives each.  What each package the
 # table picks brings is checked: on this system by asking dpkg, and for
 # Ubuntu, Fedora and RHEL against tests/packaging/, read from their own
