@@ -135,7 +135,8 @@ check_module() {
 }
 
 # Where rdma_rxe comes from: the host, for a container; a package of its
-# own on some systems (Ubuntu's linux-modules-extra); else a VM.
+# own on some systems (Ubuntu's linux-modules-extra); another kernel, for
+# Debian's cloud kernel; else a VM.
 module_fix() {
 	local pkgs
 	if [ -n "$container" ]; then
@@ -144,7 +145,20 @@ module_fix() {
 	fi
 	pkgs=$(packages_of rdma_rxe)
 	case $pkgs in
-	'' | - | !) echo "$VM_HINT" ;;
+	'' | - | !)
+		# Debian's cloud kernel leaves rdma_rxe out (its
+		# drivers/infiniband has the core, mlx4_ib and mlx5_ib only);
+		# the standard kernel of the same architecture has it.
+		case $(uname -r) in
+		*-cloud-amd64 | *-cloud-arm64)
+			echo "this is Debian's cloud kernel, built without rdma_rxe," \
+				"which Debian's standard kernel has: $(install_line \
+				"linux-image-$(uname -r | sed 's/.*-cloud-//')"), then boot" \
+				"it, for host mode; or $VM_HINT"
+			;;
+		*) echo "$VM_HINT" ;;
+		esac
+		;;
 	*) echo "$(install_line "$pkgs") (rdma_rxe is packaged apart from the kernel here)" ;;
 	esac
 }

@@ -145,9 +145,10 @@ doctor_fix() {
 			echo "SKIP systems/doctor/$name: needs root, to hide this kernel's rdma_rxe in a mount namespace"
 			return 1
 		fi
+		# This kernel's version, from here: ENV may stand uname in.
 		# shellcheck disable=SC2016 # expanded by sh
 		hide=(unshare --mount sh -c 'mount -t tmpfs none /sys/module &&
-			mount -t tmpfs none "/lib/modules/$(uname -r)" && exec "$@"' sh)
+			mount -t tmpfs none "/lib/modules/$1" && shift && exec "$@"' sh "$(uname -r)")
 	fi
 	env "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
 }
@@ -174,6 +175,16 @@ test_doctor_fixes() {
 	fi
 	if doctor_fix debian container= OS_RELEASE="$fixtures/debian-12"; then
 		expect_fix debian "$module" "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
+	fi
+	# Debian's cloud kernel is built without rdma_rxe (its
+	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
+	# kernel has it: uname -r is stood in for.
+	mkdir -p "$work/cloud"
+	printf '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
+		"$(command -v uname)" >"$work/cloud/uname"
+	chmod +x "$work/cloud/uname"
+	if doctor_fix debian_cloud container= OS_RELEASE="$fixtures/debian-12" PATH="$work/cloud:$PATH"; then
+		expect_fix debian_cloud "$module" "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo apt-get install -y --no-install-recommends linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")"
 	fi
 	if doctor_fix container container=podman OS_RELEASE="$fixtures/ubuntu-24.04"; then
 		expect_fix container "$module" "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM"
