@@ -168,10 +168,12 @@ test_interrupt() {
 	before=$(machine_state)
 	# A process group of its own, as a job of a terminal's shell has (job
 	# control, set -m: without it bash starts a background command with
-	# SIGINT ignored, and a script cannot trap what it inherits ignored).
+	# SIGINT ignored, and a script cannot trap what it inherits ignored),
+	# and the signal's default action (under nohup, make test would
+	# inherit SIGHUP ignored).
 	set -m
-	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" \
-		>"$dir/log" 2>&1 &
+	env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
+		"$dir" "$top" >"$dir/log" 2>&1 &
 	harness=$!
 	set +m
 	for ((i = 0; i < 600; i++)); do

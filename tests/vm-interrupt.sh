@@ -30,9 +30,11 @@ test_vm_interrupt() {
 	local status=0 pid='' why='' want log=$out/$1-$2.log
 	before=$(jobs_now)
 	# A process group of its own, as a terminal's job has (set -m; without
-	# it bash starts a background command with SIGINT ignored).
+	# it bash starts a background command with SIGINT ignored), and the
+	# signal's default action: a script cannot trap a signal it inherits
+	# ignored, and under nohup make test would inherit SIGHUP ignored.
 	set -m
-	"$top/scripts/$script.sh" sleep 600 >"$log" 2>&1 &
+	env --default-signal="$sig" "$top/scripts/$script.sh" sleep 600 >"$log" 2>&1 &
 	run=$!
 	set +m
 	# Until a VM runs: its folder, and a qemu for it.
