@@ -23,9 +23,9 @@
 # and WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the
 # server's address, the one clients connect to. (On cable N, counted from
 # 0, the addresses are 198.18.N.1 and .2; RDMA_ADDRS lists the server's on
-# each, comma separated.) The two can coordinate
-# through files in the repository, which both see. Their output comes out
-# here, each line marked "[server vm]" or "[client vm]".
+# each, comma separated.) The two can coordinate through files in the
+# repository, which both see. Their output comes out here, each line
+# marked "[server vm]" or "[client vm]".
 #
 #   --pcap FILE  write the cable's frames to FILE (pcap, as qemu's
 #                filter-dump records them at the server VM's NIC)
