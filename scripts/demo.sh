@@ -56,13 +56,31 @@ start_server() {
 	return 1
 }
 
+# resources WHAT: "rdma resource show WHAT", asked again if it fails.  It
+# fails ("Invalid argument") when a device comes or goes while it walks
+# the devices, as another run's may (measured under 6.12: 48 of 408 while
+# a device was added and deleted in a loop).  On failure, its last error.
+resources() {
+	local try out
+	for try in 1 2 3 4 5; do
+		out=$(rdma resource show "$1" 2>&1) && { echo "$out"; return 0; }
+		[ "$try" = 5 ] || sleep 0.2
+	done
+	echo "$out" | tail -n 1
+	return 1
+}
+
 # kernel_view WHAT...: the rows of "rdma resource show WHAT" that belong to
 # the server or the client, with the columns that teach.  As an ordinary
 # user the kernel shows no keys (only to CAP_NET_ADMIN): say so.
 kernel_view() {
-	local what pids="$server_pid ${client_pid:-}"
+	local what listed pids="$server_pid ${client_pid:-}"
 	for what in "$@"; do
-		rdma resource show "$what" 2>/dev/null | awk -v what="$what" -v pids="$pids" '
+		if ! listed=$(resources "$what"); then
+			printf '  %-6s (rdma resource show failed: %s)\n' "$what" "$listed"
+			continue
+		fi
+		awk -v what="$what" -v pids="$pids" '
 			BEGIN { n = split(pids, p, " "); for (i = 1; i <= n; i++) ours[p[i]] = 1 }
 			{
 				row = ""; pid = ""
@@ -73,7 +91,7 @@ kernel_view() {
 				}
 				if (pid in ours) { printf "  %-6s%s\n", what, row; rows++ }
 			}
-			END { if (!rows) printf "  %-6s (none of theirs)\n", what }'
+			END { if (!rows) printf "  %-6s (none of theirs)\n", what }' <<<"$listed"
 	done
 	if [ "$(id -u)" != 0 ]; then
 		echo "  (as $(id -un) the kernel shows no keys: it shows them to CAP_NET_ADMIN only)"

@@ -259,6 +259,42 @@ test_two_demos() {
 	modules_restore
 }
 
+# make demo while another device comes and goes, as another run's does:
+# "rdma resource show" fails now and then while a device is added or
+# removed, and the demo's views of the kernel must ask again, not end the
+# demo (two_demos_at_once met it once, on 6.12 under SANITIZE=1).
+test_demo_beside_churn() {
+	local t=demo/kernel_view_beside_another_device dir=$work/churn churn status=0 why=''
+	local before
+	mkdir "$dir"
+	before=$(machine_state | grep -v '^module')
+	modprobe -a rdma_rxe dummy
+	# Down: a device on it is no ACTIVE port a run could take for its own.
+	ip link add rxe_churn0 type dummy
+	# shellcheck disable=SC2016 # expanded by sh
+	sh -c 'while [ ! -e "$1/end" ]; do
+		rdma link add rxe_churn type rxe netdev rxe_churn0
+		rdma link delete rxe_churn
+	done' sh "$dir" >/dev/null 2>&1 &
+	churn=$!
+	make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$dir/log" 2>&1 || status=$?
+	touch "$dir/end"
+	wait "$churn" || true
+	rdma link delete rxe_churn 2>/dev/null || true
+	ip link delete rxe_churn0
+	if [ "$status" != 0 ]; then
+		why="make demo exited $status: $(tail -n 3 "$dir/log" | tr '\n' '|')"
+	elif [ "$(grep -c '^doorbell qp=.* ok$' "$dir/log")" != 10 ]; then
+		why="not 10 doorbells ok: $(tail -n 3 "$dir/log" | tr '\n' '|')"
+	elif grep -q 'rdma resource show failed' "$dir/log"; then
+		why="a view of the kernel failed: $(grep 'rdma resource show failed' "$dir/log" | head -n 1)"
+	elif [ "$(machine_state | grep -v '^module')" != "$before" ]; then
+		why="left behind: $(left_behind "$before" "$(machine_state | grep -v '^module')")"
+	fi
+	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	modules_restore
+}
+
 # Two runs that overlap, the first to start ending first: it loaded the
 # modules, and must leave the second's device, interface and programs
 # working (removing the dummy module would delete every dummy interface).
@@ -355,10 +391,11 @@ if [ -z "$(active_ports)" ]; then
 	test_interrupt interrupt/sigterm TERM harness
 	test_interrupt interrupt/sighup HUP harness
 	test_two_demos
+	test_demo_beside_churn
 	test_overlapping_runs
 	test_leftover
 else
-	for t in interrupt two_demos_at_once overlapping_runs leftover_removed; do
+	for t in interrupt two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed; do
 		echo "SKIP host_mode/$t: an RDMA device is already here, and these tests make and remove devices of their own"
 	done
 fi
