@@ -293,6 +293,16 @@ check_prereqs() {
 			"scripts/deps.sh vm installs them"
 	fi
 	find_kernel || kernel_for_vms
+	# A kernel from the cache has its modules shown in the guest at
+	# /lib/modules, over the host's own folder, which the guest cannot
+	# make (the host's root is read-only to it). A machine with no kernel
+	# installed (a container) has none: make the empty folder that every
+	# installed kernel has.
+	if [ "$vm_root" != / ] && [ ! -d /lib/modules ]; then
+		mkdir /lib/modules 2>/dev/null ||
+			die "this machine has no /lib/modules, which the VM's" \
+				"kernel needs to show its modules: sudo mkdir /lib/modules"
+	fi
 	# The path goes on the kernel command line (split at spaces) and into
 	# qemu options (split at commas).
 	if [[ ! $repo =~ ^[A-Za-z0-9/._+-]+$ ]]; then
