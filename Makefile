@@ -7,8 +7,7 @@
 #                         time: bench-results/results.md and a plot
 #   make wire             server and client on two VMs joined by one virtual
 #                         cable, and every packet of a session decoded:
-#                         wire-results/ (WIRE_ARGS="--isolation mw" and more:
-#                         scripts/wire.sh)
+#                         wire-results/ (WIRE_ARGS: scripts/wire.sh)
 #   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
 #   make doctor           check this machine for what the programs need
 

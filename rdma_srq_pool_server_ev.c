@@ -791,7 +791,9 @@ static void usage(FILE *out)
 		"      --max-conns N      clients at once (default %d)\n"
 		"      --isolation MODE   none: every client gets the pool's\n"
 		"                         rkey (default); mw: a memory window\n"
-		"                         over its own slice only\n"
+		"                         over its own slice only (refused on\n"
+		"                         Soft-RoCE, where a client could crash\n"
+		"                         the machine: docs/design.md)\n"
 		"      --handshake-timeout-ms MS\n"
 		"                         close a connection not established\n"
 		"                         that long after its accept (default %d)\n"
@@ -1148,14 +1150,15 @@ static void destroy_print(struct server *srv, struct conn *conn, double now)
 /* ---- limits and tuning -------------------------------------------------- */
 
 /*
- * Whether a device can take this server's settings: an SRQ of --srq-depth,
- * a CQ for it and --max-conns send queues (cq_open()), a QP per connection
- * and, for --isolation mw, type 2 windows and a region per slice.  Says
- * which limit a setting passes (the device's attribute, ibv_query_device(3)),
- * if say_why.
+ * Why a device cannot take this server's settings, or NULL if it can: an
+ * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
+ * a QP per connection and, for --isolation mw, type 2 windows and a region
+ * per slice, on a device that is not Soft-RoCE (RXE_VENDOR_ID in common.h
+ * says why not).  Says which limit a setting passes (the device's
+ * attribute, ibv_query_device(3)), if say_why.
  */
-static bool device_fits(struct server *srv, struct ibv_context *verbs,
-			bool say_why)
+static const char *device_refusal(struct server *srv,
+				  struct ibv_context *verbs, bool say_why)
 {
 	uint64_t cqe =
 		srv->opt.srq_depth + (uint64_t)srv->opt.max_conns * SQ_DEPTH;
@@ -1165,14 +1168,14 @@ static bool device_fits(struct server *srv, struct ibv_context *verbs,
 
 	if (ret) {
 		fail("ibv_query_device", ret);
-		return false;
+		return "device-limits";
 	}
 	if (srv->opt.srq_depth > (uint32_t)attr.max_srq_wr) {
 		if (say_why)
 			errorf("--srq-depth %" PRIu32 ": %s allows %d receives "
 			       "on an SRQ (max_srq_wr)",
 			       srv->opt.srq_depth, name, attr.max_srq_wr);
-		return false;
+		return "device-limits";
 	}
 	if (cqe > (uint64_t)attr.max_cqe) {
 		if (say_why)
@@ -1182,17 +1185,28 @@ static bool device_fits(struct server *srv, struct ibv_context *verbs,
 			       "%d (max_cqe)",
 			       srv->opt.srq_depth, srv->opt.max_conns, cqe,
 			       name, attr.max_cqe);
-		return false;
+		return "device-limits";
 	}
 	if (srv->opt.max_conns > (uint32_t)attr.max_qp) {
 		if (say_why)
 			errorf("--max-conns %" PRIu32 ": %s allows %d QPs "
 			       "(max_qp)",
 			       srv->opt.max_conns, name, attr.max_qp);
-		return false;
+		return "device-limits";
 	}
 	if (!srv->opt.isolation)
-		return true;
+		return NULL;
+	if (attr.vendor_id == RXE_VENDOR_ID) {
+		if (say_why)
+			errorf("--isolation mw: %s is Soft-RoCE (rxe), whose "
+			       "memory windows let any client crash this "
+			       "machine's kernel (a window invalidated twice: "
+			       "rxe_check_invalidate_mw() in "
+			       "drivers/infiniband/sw/rxe/rxe_mw.c); use "
+			       "--isolation none",
+			       name);
+		return "isolation-mw-on-rxe";
+	}
 	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
 				       IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
 	    srv->opt.max_conns > (uint32_t)attr.max_mw ||
@@ -1203,9 +1217,9 @@ static bool device_fits(struct server *srv, struct ibv_context *verbs,
 			       " (max_mw %d, max_mr %d)",
 			       name, srv->opt.max_conns, attr.max_mw,
 			       attr.max_mr);
-		return false;
+		return "device-limits";
 	}
-	return true;
+	return NULL;
 }
 
 /*
@@ -1231,7 +1245,7 @@ static int devices_fit(struct server *srv)
 			fail("ibv_open_device", errno);
 			continue;
 		}
-		fits += device_fits(srv, verbs, true);
+		fits += !device_refusal(srv, verbs, true);
 		err = undo(err, "ibv_close_device", ibv_close_device(verbs));
 	}
 	ibv_free_device_list(list);
@@ -1294,7 +1308,7 @@ static unsigned int conns_sending(const struct server *srv)
 
 /*
  * Why a connect request must be refused, or NULL: it came through a device
- * that cannot take the settings (devices_fit()), or another device than
+ * that cannot take the settings (device_refusal()), or another device than
  * the first (a listener on 0.0.0.0 may hear several), or the server is
  * full.  At the limit, drain the CQ first: a flushed send may
  * have freed a place.  *err is set if that drain failed.
@@ -1304,10 +1318,8 @@ static const char *conn_refusal(struct server *srv, struct rdma_cm_id *id,
 {
 	int n = 0;
 
-	if (!srv->verbs && !device_fits(srv, id->verbs, false))
-		return "device-limits";
 	if (!srv->verbs)
-		return NULL;
+		return device_refusal(srv, id->verbs, false);
 	if (id->verbs != srv->verbs)
 		return "other-device";
 	if (conns_sending(srv) >= srv->opt.max_conns)

@@ -65,30 +65,29 @@ await() {
 
 # The plan's lines, checked before anything starts.
 read_plan() {
-	local name server port isolation size writes every extra
+	local name server port size writes every extra
 	[ -s "$dir/plan" ] || give_up "no sessions in $dir/plan"
-	while read -r name server port isolation size writes every extra; do
+	while read -r name server port size writes every extra; do
 		if [[ ! $name =~ ^[A-Za-z0-9_-]+$ ]] || [ -n "$extra" ] ||
 			[[ ! $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
-			[[ ! "$port $size $writes $every" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]] ||
-			[[ ! $isolation =~ ^(none|mw)$ ]]; then
-			give_up "bad plan line '$name $server $port $isolation" \
-				"$size $writes $every${extra:+ $extra}'"
+			[[ ! "$port $size $writes $every" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]; then
+			give_up "bad plan line '$name $server $port $size" \
+				"$writes $every${extra:+ $extra}'"
 		fi
 	done <"$dir/plan"
 }
 
 serve() {
-	local name server port isolation pids=() i=0 status
-	while read -r name server port isolation _; do
+	local name server port pids=() i=0 status
+	while read -r name server port _; do
 		mkdir -p "$dir/$name"
-		"$top/$server" --port "$port" --isolation "$isolation" \
+		"$top/$server" --port "$port" \
 			</dev/null >"$dir/$name/server.out" 2>"$dir/$name/server.err" &
 		pids+=("$!")
 		[ "$(listen_port "$dir/$name/server.out" "$!")" = "$port" ] ||
 			give_up "$server did not listen on port $port:" \
 				"$(head -c 300 "$dir/$name/server.err")"
-		say "$server listens on port $port (--isolation $isolation)"
+		say "$server listens on port $port"
 	done <"$dir/plan"
 	mark ready
 
@@ -105,7 +104,7 @@ serve() {
 connect() {
 	local name server port size writes every status
 	await ready "$READY_TIMEOUT"
-	while read -r name server port _ size writes every; do
+	while read -r name server port size writes every; do
 		say "rdma_pool_client $RDMA_ADDR $size -n $writes -k $every" \
 			"--port $port (to $server)"
 		status=0

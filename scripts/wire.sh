@@ -8,9 +8,9 @@
 # the programs printed, and scripts/wire-check.sh checks that every packet
 # is what the protocol says. Everything stays in wire-results/.
 #
-#   usage: wire.sh [--server PROGRAM] [--isolation none|mw] [-n WRITES]
-#                  [-k DOORBELL_EVERY] [--size BYTES]
-#   defaults: rdma_srq_pool_server_ev, none, 12 writes, a doorbell every 4,
+#   usage: wire.sh [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY]
+#                  [--size BYTES]
+#   defaults: rdma_srq_pool_server_ev, 12 writes, a doorbell every 4,
 #             10000 bytes
 set -euo pipefail
 
@@ -21,8 +21,8 @@ final=$top/wire-results
 PORT=7471
 
 usage() {
-	echo "usage: $0 [--server PROGRAM] [--isolation none|mw] [-n WRITES]" \
-		"[-k DOORBELL_EVERY] [--size BYTES]" >&2
+	echo "usage: $0 [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY]" \
+		"[--size BYTES]" >&2
 	exit 2
 }
 
@@ -33,13 +33,12 @@ die() {
 
 # The options, checked here: a bad one must not cost two boots.
 parse_options() {
-	server=rdma_srq_pool_server_ev isolation=none writes=12 every=4
+	server=rdma_srq_pool_server_ev writes=12 every=4
 	size=10000
 	while [ $# -gt 0 ]; do
 		[ $# -ge 2 ] || usage
 		case $1 in
 		--server) server=$2 ;;
-		--isolation) isolation=$2 ;;
 		-n | --writes) writes=$2 ;;
 		-k | --doorbell-every) every=$2 ;;
 		--size) size=$2 ;;
@@ -49,7 +48,6 @@ parse_options() {
 	done
 	[[ $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
 		die "--server must be rdma_pool_server or rdma_srq_pool_server_ev"
-	[[ $isolation =~ ^(none|mw)$ ]] || die "--isolation must be none or mw"
 	[[ $writes =~ ^[0-9]{1,4}$ ]] ||
 		die "-n '$writes': want 0 to 9999 writes (the trace has a line per packet)"
 	[[ $every =~ ^[1-9][0-9]*$ ]] || die "-k '$every': want a positive number"
@@ -66,10 +64,9 @@ parse_options() {
 # that tie the two together, from the session's records
 # (wire-trace.sh --raw).
 tie() {
-	local raw=$1 granted pool
+	local raw=$1 granted
 	granted=$(grep '^granted ' "$out/session/client.out")
-	pool=$(grep '^pool ' "$out/session/server.out")
-	awk -F'\t' -v granted="$granted" -v pool="$pool" '
+	awk -F'\t' -v granted="$granted" '
 		$5 == "send" && $9 ~ /msg=RESP_ALLOC/ { resp = $1 }
 		$5 ~ /^write/ {
 			n++
@@ -86,14 +83,6 @@ tie() {
 			for (k in keys)
 				printf "%d of the %d RDMA WRITEs carry r_key %s in" \
 					" their RETH.\n", keys[k], n, k
-			split(granted, g, " ")
-			split(pool, p, " ")
-			if (p[4] == "rkey=none")
-				printf "The server printed \"%s\": under" \
-					" --isolation mw the pool has no key of its" \
-					" own. The client had a memory window key," \
-					" good only for its own QP and its own" \
-					" slice.\n", pool
 			printf "The server program saw only the REQ_ALLOC and the" \
 				" WRITEs with immediate (packets%s): its grant and" \
 				" doorbell lines. The other WRITEs and the %d ACKs" \
@@ -109,10 +98,10 @@ main() {
 	# ends: two runs at once never mix their files.
 	out=$(run_dir "$final")
 	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
-	echo "session $server $PORT $isolation $size $writes $every" >"$out/plan"
+	echo "session $server $PORT $size $writes $every" >"$out/plan"
 
-	echo "== two VMs on one virtual cable: $server --isolation $isolation" \
-		"in one, rdma_pool_client -n $writes -k $every in the other"
+	echo "== two VMs on one virtual cable: $server in one," \
+		"rdma_pool_client -n $writes -k $every in the other"
 	cd "$top"
 	VM_TIMEOUT=${VM_TIMEOUT:-300} "$top/scripts/vm-pair.sh" \
 		--pcap "$out/cable.pcap" "$top/scripts/wire-session.sh" "$out" ||

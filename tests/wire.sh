@@ -4,11 +4,10 @@
 # the cable's capture (scripts/wire-check.sh).
 #
 # One pair of boots runs every session, one after the other: each server
-# once, and the event-driven server with --isolation mw. For each: the same
-# end-to-end checks as on one device (tests/lib.sh's check_session: grant,
-# every doorbell ok, the summaries, a clean disconnect, SIGINT), then the
-# wire: every packet of the session as the protocol says, and under mw
-# the window's rkey, not the pool MR's, on every write. Last, the checker
+# once. For each: the same end-to-end checks as on one device
+# (tests/lib.sh's check_session: grant, every doorbell ok, the summaries, a
+# clean disconnect, SIGINT), then the wire: every packet of the session as
+# the protocol says. Last, the checker
 # itself must catch a capture that differs and name the packet. The same
 # boots carry a second cable, of qemu's older socket netdev, which one
 # rping crosses once the sessions are over.
@@ -25,12 +24,11 @@ work=$dir
 # shellcheck source=tests/lib.sh
 . "$top/tests/lib.sh"
 pcap=$dir/cable.pcap
-# Every session: NAME SERVER PORT ISOLATION SIZE WRITES DOORBELL_EVERY.
+# Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY.
 # The first writes more than its slice has slots (4096 bytes: 1024), so
 # the slots wrap round.
-PLAN="poll rdma_pool_server 7471 none 4096 1100 100
-ev rdma_srq_pool_server_ev 7472 none 10000 12 4
-ev_mw rdma_srq_pool_server_ev 7473 mw 10000 12 5"
+PLAN="poll rdma_pool_server 7471 4096 1100 100
+ev rdma_srq_pool_server_ev 7472 10000 12 4"
 declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
 
 # The server's SIGINT, as tests/basic.sh's test_sigint checks it, from the
@@ -49,12 +47,11 @@ test_stopped() {
 	fi
 }
 
-# test_session NAME SERVER ISOLATION SIZE WRITES EVERY: one session, from
-# both programs' output and then from the cable.
+# test_session NAME SERVER SIZE WRITES EVERY: one session, from both
+# programs' output and then from the cable.
 test_session() {
-	local name=$1 server=$2 isolation=$3 size=$4 writes=$5 every=$6
+	local name=$1 server=$2 size=$3 writes=$4 every=$5
 	local t=wire/$server status why
-	[ "$isolation" = mw ] && t=$t/isolation_mw
 	work=$dir/$name
 	status=$(cat "$work/client.status" 2>/dev/null || echo none)
 	if [ "$status" != 0 ]; then
@@ -71,29 +68,6 @@ test_session() {
 		pass "$t/every_packet"
 	else
 		fail "$t/every_packet" "$why"
-	fi
-	if [ "$isolation" = mw ]; then
-		test_window_rkey "$t" "$writes"
-	fi
-}
-
-# test_window_rkey T WRITES: under --isolation mw the pool has no rkey of
-# its own (the server prints rkey=none) and the client is granted the
-# window's: all WRITES RDMA WRITEs on the cable carry it. Counted by tshark
-# itself, not by our decoder.
-test_window_rkey() {
-	local t=$1/window_rkey_on_the_wire window pool with_window
-	window=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/client.out")
-	pool=$(sed -n 's/^pool .* rkey=\([0-9a-fx]*\|none\)$/\1/p' "$work/server.out")
-	with_window=$(tshark -r "$pcap" -Y "infiniband.reth.r_key == ${window:-0}" 2>/dev/null | wc -l)
-	if [ -z "$window" ]; then
-		fail "$t" "no granted rkey from the client"
-	elif [ "$pool" != none ]; then
-		fail "$t" "the server registered the pool with an rkey ($pool) under --isolation mw"
-	elif [ "$with_window" != "$2" ]; then
-		fail "$t" "RETHs with the window's rkey $window: $with_window, want $2"
-	else
-		pass "$t"
 	fi
 }
 
@@ -123,8 +97,8 @@ first_packet() {
 # differs, found here by tshark's own filters. Given a copy of the capture
 # where the payload of the ev session's second write says 99, it must stop
 # at that write. Told that the ev session rang every 5 writes (it rang
-# every 4), at the 4th write; told that the mw session was granted another
-# key (the ev session's, a pool MR's), at the RESP_ALLOC.
+# every 4), at the 4th write; told that the poll session was granted
+# another key (the ev session's server's pool key), at the RESP_ALLOC.
 test_checker_fails() {
 	local t=wire/checker_names_first_difference addr rkey va pool at=''
 	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
@@ -140,7 +114,7 @@ test_checker_fails() {
 			--outputs "$dir/ev" size=10000 writes=12 every=5
 	fi
 
-	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev_mw/client.out")
+	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
 	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$dir/ev/server.out")
 	# The RESP_ALLOC: the SEND whose ctrl_msg holds that rkey at offset 24.
 	at=''
@@ -149,7 +123,7 @@ test_checker_fails() {
 		fail "$t/pool_rkey" "tshark finds no RESP_ALLOC with rkey ${rkey:-?} or the ev session's server printed no pool rkey"
 	else
 		check_fails "$t/pool_rkey" "$pcap" "wire-check: packet ${at%$'\t'*} (server->client, PSN ${at#*$'\t'}): the RESP_ALLOC: ctrl_msg rkey is $rkey, want $pool" \
-			--outputs "$dir/ev_mw" size=10000 writes=12 every=5 rkey="$pool"
+			--outputs "$dir/poll" size=4096 writes=1100 every=100 rkey="$pool"
 	fi
 }
 
@@ -174,7 +148,7 @@ test_corrupted_capture() {
 }
 
 main() {
-	local status=0 name server isolation size writes every
+	local status=0 name server size writes every
 	cd "$top"
 	if ! command -v tshark >/dev/null; then
 		fail wire/tshark "no tshark to read the capture with: apt-get install tshark (or run scripts/deps.sh)"
@@ -198,8 +172,8 @@ main() {
 			tail -n 3 | tr '\n' ' ')"
 		finish
 	fi
-	while read -r -u 3 name server _ isolation size writes every; do
-		test_session "$name" "$server" "$isolation" "$size" "$writes" "$every"
+	while read -r -u 3 name server _ size writes every; do
+		test_session "$name" "$server" "$size" "$writes" "$every"
 	done 3<"$dir/plan"
 	test_checker_fails
 	test_socket_cable
