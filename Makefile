@@ -46,10 +46,13 @@ $(FLAGS): FORCE
 	@mkdir -p build
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
-# The programs, and the unit tests.
+# The programs, and the unit tests; the servers share common/server.c.
 $(PROGRAMS) $(UNITS): %: %.c common/common.c common/common.h $(FLAGS) \
 		| check-build
-	$(CC) $(ALL_CFLAGS) -o $@ $< common/common.c $(LIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter common/server.c,$^) \
+		common/common.c $(LIBS)
+SERVERS = rdma_pool_server rdma_srq_pool_server_ev
+$(SERVERS): common/server.c common/server.h
 
 # The test peers: a client that misbehaves on purpose, and a probe of what
 # rdma_cm puts on each QP; they share their CM and CQ waits (tests/peer.c).

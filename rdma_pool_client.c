@@ -800,7 +800,7 @@ static int send_queue_depth(struct client *cl, uint32_t *depth)
  */
 static int qp_fail(struct client *cl, int err)
 {
-	fail("rdma_create_qp", err);
+	report("rdma_create_qp", err);
 	if (err == EINVAL)
 		errorf("the send queue holds %" PRIu32 " doorbells in flight "
 		       "(-w) of %" PRIu32 " writes each (-k): %" PRIu64

@@ -421,8 +421,14 @@ int fail(const char *what, int err)
 	return -err;
 }
 
+/* Idiom 1's report-and-go-on (common.h): fail() with nothing to return. */
+void report(const char *what, int err)
+{
+	fail(what, err);
+}
+
 /*
- * Idiom 2 (common.h): one step of a teardown returned ret, and err is the
+ * Idiom 3 (common.h): one step of a teardown returned ret, and err is the
  * first error of the run so far.  ret is 0, an errno value (what failed:
  * reported here), or a negative errno value (reported where it happened).
  * Gives back err if there was one, else ret as a negative errno value.

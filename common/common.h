@@ -7,12 +7,13 @@
  *     whether a doorbell's slot holds what it should);
  *   - names for work-completion statuses and asynchronous events (the
  *     loops that poll for them are the lesson, and stay in each program);
- *   - number parsing for command lines, and the two error idioms below.
+ *   - number parsing for command lines, and the three error idioms below.
  *
  * Everything here is plain C over libibverbs types; only devices_check()
- * talks to the verbs library.
+ * talks to the verbs library.  (What the two servers share besides is in
+ * server.h.)
  *
- * The two error idioms of the three programs:
+ * The three error idioms of the three programs:
  *
  * 1. A function that can fail returns 0 or a negative errno value.  Where
  *    a call fails, fail() reports it once, on stderr, naming the call and
@@ -22,7 +23,13 @@
  *                return fail("ibv_create_cq", errno);
  *    errorf() reports what no call's errno says (a bad argument, a reply
  *    that makes no sense); the function then returns -EINVAL or the like.
- * 2. What is set up is undone by a goto ladder whose labels name what they
+ *    Where a failure concerns one client alone and the server goes on (the
+ *    client is closed, or does without), report() says it and returns
+ *    nothing: a function that only reports is void.
+ * 2. A function that counts returns the count, or a negative errno value,
+ *    as read(2) does: how many completions were handled, or events taken,
+ *    or milliseconds till a deadline.
+ * 3. What is set up is undone by a goto ladder whose labels name what they
  *    undo, in reverse order of the setup: after a failure from the label
  *    that matches it, at the end from the top.  An undoing step never
  *    stops the rest: undo() reports a failed call and keeps the first
@@ -167,6 +174,7 @@ int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
 		 uint64_t *value);
 const char *errno_name(int err);
 int fail(const char *what, int err);
+void report(const char *what, int err);
 int undo(int err, const char *what, int ret);
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int devices_check(void);

@@ -26,12 +26,8 @@ declare -A DESIGNED=(
 	[verbs_close]="... and gives back the channel and the reply buffers"
 	[reply_send]="inline from the stack, or from a registered buffer (the second lesson)"
 	[on_completion]="a completed reply gives its buffer back, by wr_id"
-	[replies_full]="the event-driven server can also run out of reply buffers"
-	[sends_abandon]="... and gives an abandoned send's buffer back"
 	[serve]="the tick loop, or poll() on the descriptors"
-	[stats_print]="the event-driven server also counts its free reply buffers"
-	[usage]="the event-driven server has --busy-poll-us"
-	[parse_options]="... and reads it"
+	[main]="the event-driven server names its reply buffers' hook and takes --busy-poll-us"
 )
 
 work=$(mktemp -d)

@@ -1,0 +1,933 @@
+/*
+ * server.c - what the two servers share beyond their core paths, written
+ * once: a first read of either server may skip it.  Options, signals and
+ * reports; troubles; limits and refusals; deadlines and keepalive; the end
+ * of all connections; and --isolation mw.  server.h lists it, and the
+ * hooks: the core-path functions of each server's own file that this
+ * calls back.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/server.h"
+
+/* ---- the command line --------------------------------------------------- */
+
+#define DEFAULT_SRQ_DEPTH 128
+#define MAX_SRQ_DEPTH 65536 /* ours; the device may allow fewer */
+/* Connections at once (--max-conns): it sizes the CQ, see cq_open(). */
+#define DEFAULT_MAX_CONNS 64
+#define MAX_MAX_CONNS 1024
+/* The deadlines of conns_watch(), in ms. */
+#define DEFAULT_HANDSHAKE_MS 5000
+#define DEFAULT_KEEPALIVE_MS 10000
+#define MAX_DEADLINE_MS 600000
+/* Hybrid polling (--busy-poll-us), see spin_on(). */
+#define DEFAULT_BUSY_POLL_US 200
+#define MAX_BUSY_POLL_US 1000000
+
+static void usage(FILE *out, bool busy_poll)
+{
+	fprintf(out,
+		"usage: %s [options]\n"
+		"  -p, --port PORT        port to listen on, 0 for any free one\n"
+		"                         (default %d)\n"
+		"      --pool-size BYTES  size of the pool, a multiple of %d\n"
+		"                         (default %u)\n"
+		"      --srq-depth N      receives kept posted (default %d)\n"
+		"      --max-conns N      clients at once (default %d)\n"
+		"      --isolation MODE   none: every client gets the pool's\n"
+		"                         rkey (default); mw: a memory window\n"
+		"                         over its own slice only (refused on\n"
+		"                         Soft-RoCE, where a client could crash\n"
+		"                         the machine: docs/design.md)\n"
+		"      --handshake-timeout-ms MS\n"
+		"                         close a connection not established\n"
+		"                         that long after its accept (default %d)\n"
+		"      --keepalive-ms MS  probe each established connection that\n"
+		"                         often, and close it if a probe is not\n"
+		"                         answered as long again; 0: never\n"
+		"                         (default %d)\n",
+		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
+		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
+		DEFAULT_HANDSHAKE_MS, DEFAULT_KEEPALIVE_MS);
+	if (busy_poll)
+		fprintf(out,
+			"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
+			"                         to N us between completions before\n"
+			"                         sleeping again; 0: never (default %d)\n",
+			DEFAULT_BUSY_POLL_US);
+	fprintf(out, "  -h, --help             show this text\n");
+}
+
+/* Fills opt from the arguments, or says what is wrong and fails; --help
+ * prints the usage and sets opt->help.  --busy-poll-us only if busy_poll:
+ * the event-driven server sleeps, the polling one never does. */
+int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
+{
+	struct option longopts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "pool-size", required_argument, NULL, 'P' },
+		{ "srq-depth", required_argument, NULL, 'S' },
+		{ "max-conns", required_argument, NULL, 'C' },
+		{ "isolation", required_argument, NULL, 'I' },
+		{ "handshake-timeout-ms", required_argument, NULL, 'T' },
+		{ "keepalive-ms", required_argument, NULL, 'K' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "busy-poll-us", required_argument, NULL, 'B' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t port = DEFAULT_PORT, size = DEFAULT_POOL_SIZE;
+	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
+	uint64_t handshake_ms = DEFAULT_HANDSHAKE_MS;
+	uint64_t keepalive_ms = DEFAULT_KEEPALIVE_MS;
+	uint64_t busy_poll_us = DEFAULT_BUSY_POLL_US;
+	int c, err = 0;
+
+	if (!busy_poll) /* the table ends before it, the last */
+		longopts[sizeof(longopts) / sizeof(longopts[0]) - 2] =
+			(struct option){ NULL, 0, NULL, 0 };
+	while ((c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			err = parse_number("port", optarg, 0, UINT16_MAX,
+					   &port);
+			break;
+		case 'P':
+			err = parse_number("pool size", optarg, POOL_CHUNK_SIZE,
+					   UINT32_MAX, &size);
+			if (!err && size % POOL_CHUNK_SIZE) {
+				errorf("bad pool size '%s': want a multiple "
+				       "of %d",
+				       optarg, POOL_CHUNK_SIZE);
+				err = -EINVAL;
+			}
+			break;
+		case 'S':
+			err = parse_number("SRQ depth", optarg, 1,
+					   MAX_SRQ_DEPTH, &srq_depth);
+			break;
+		case 'C':
+			err = parse_number("connection limit", optarg, 1,
+					   MAX_MAX_CONNS, &max_conns);
+			break;
+		case 'I':
+			opt->isolation = strcmp(optarg, "mw") == 0;
+			if (!opt->isolation && strcmp(optarg, "none")) {
+				errorf("bad isolation '%s': want none or mw",
+				       optarg);
+				err = -EINVAL;
+			}
+			break;
+		case 'T':
+			err = parse_number("handshake timeout", optarg, 1,
+					   MAX_DEADLINE_MS, &handshake_ms);
+			break;
+		case 'K':
+			err = parse_number("keepalive time", optarg, 0,
+					   MAX_DEADLINE_MS, &keepalive_ms);
+			break;
+		case 'B':
+			err = parse_number("busy-poll time", optarg, 0,
+					   MAX_BUSY_POLL_US, &busy_poll_us);
+			break;
+		case 'h':
+			opt->help = true;
+			usage(stdout, busy_poll);
+			return 0;
+		default:
+			usage(stderr, busy_poll);
+			return -EINVAL;
+		}
+		if (err)
+			return err;
+	}
+	if (optind < argc) {
+		errorf("unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	opt->port = (uint16_t)port;
+	opt->pool_size = (uint32_t)size;
+	opt->srq_depth = (uint32_t)srq_depth;
+	opt->max_conns = (uint32_t)max_conns;
+	opt->handshake_ms = (uint32_t)handshake_ms;
+	opt->keepalive_ms = (uint32_t)keepalive_ms;
+	opt->busy_poll_us = (uint32_t)busy_poll_us;
+	return 0;
+}
+
+/* ---- signals and statistics --------------------------------------------- */
+
+/*
+ * Signals arrive as readable data on a file descriptor instead of
+ * interrupting the program: the loop checks it like any other source of
+ * work, and no global flag is needed.  SIGINT and SIGTERM stop the server,
+ * SIGUSR1 asks for its counters.  SIGPIPE, which would end the server
+ * without its teardown when its stdout's reader goes away, is ignored:
+ * say() sees EPIPE instead, and signal_take() stops the server.
+ */
+int signals_open(struct server *srv)
+{
+	sigset_t mask;
+
+	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+		return fail("signal(SIGPIPE)", errno);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGUSR1);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL))
+		return fail("sigprocmask", errno);
+	srv->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (srv->sigfd < 0)
+		return fail("signalfd", errno);
+	return 0;
+}
+
+/*
+ * What is in use right now.  Once every client has gone, and its QP with
+ * it: 0 connections, 0 closing, 0 chunks, every receive posted and, in the
+ * event-driven server, every reply buffer free; anything else was lost.
+ */
+static void stats_print(struct server *srv, const char *what)
+{
+	uint32_t replies = srv->send_mr ? srv->opt.max_conns * SEND_DEPTH : 0;
+	char buffers[64] = "";
+
+	if (srv->reply_buffer_put) /* the event-driven server's */
+		snprintf(buffers, sizeof(buffers),
+			 " replies_free=%" PRIu32 "/%" PRIu32, srv->nsend_free,
+			 replies);
+	say(&srv->out,
+	    "%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
+	    " closing=%u recvs_posted=%" PRIu32 "/%" PRIu32 "%s\n",
+	    what, srv->nconns - srv->nclosing, srv->pool.used, srv->doorbells,
+	    srv->nclosing, srv->recvs_posted, srv->srq ? srv->opt.srq_depth : 0,
+	    buffers);
+}
+
+/*
+ * Take a pending signal, if any.  SIGUSR1 prints the counters; SIGINT and
+ * SIGTERM return their number, which ends the loop.  0: go on.
+ */
+int signal_take(struct server *srv)
+{
+	struct signalfd_siginfo info;
+
+	if (srv->out.closed) {
+		errorf("stdout's reader is gone (EPIPE): stopping");
+		return SIGPIPE;
+	}
+	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
+		return 0;
+	if (info.ssi_signo == SIGUSR1) {
+		stats_print(srv, "stats");
+		return 0;
+	}
+	return (int)info.ssi_signo;
+}
+
+/* The last line: which signal, and what came back. */
+static void shutdown_print(struct server *srv)
+{
+	char what[48];
+
+	snprintf(what, sizeof(what), "shutdown signal=SIG%s",
+		 sigabbrev_np(srv->stopped_by));
+	stats_print(srv, what);
+}
+
+/* ---- troubles ----------------------------------------------------------- */
+
+/* 0.0.0.0 is always there: whatever else, the port is taken. */
+int listen_fail(struct server *srv, int err)
+{
+	if (err != EADDRINUSE && err != EADDRNOTAVAIL)
+		return fail("rdma_bind_addr", err);
+	errorf("port %u is already in use (rdma_bind_addr: %s)", srv->opt.port,
+	       strerror(err));
+	return -err;
+}
+
+/* Refuse a connect request; the reason goes to the client as private
+ * data.  A failure here concerns that client alone: said, not passed up. */
+void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
+{
+	say(&srv->out, "reject reason=%s\n", reason);
+	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
+		report("rdma_reject", errno);
+	if (rdma_destroy_id(id))
+		report("rdma_destroy_id", errno);
+}
+
+/* The grant or denial on_request() sends. */
+void reply_print(struct server *srv, const struct conn *conn,
+		 const struct ctrl_msg *reply, uint32_t asked)
+{
+	if (reply->status)
+		say(&srv->out,
+		    "deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
+		    conn->qp_num, asked, errno_name((int)reply->status));
+	else
+		say(&srv->out,
+		    "grant qp=0x%" PRIx32 " addr=0x%" PRIx64 " rkey=0x%" PRIx32
+		    " size=%" PRIu32 "\n",
+		    conn->qp_num, reply->addr, reply->rkey, reply->size);
+}
+
+/* A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
+ * MISMATCH (ordering or data broke), which stderr hears of too. */
+void doorbell_print(struct server *srv, const struct conn *conn, uint32_t seq,
+		    uint32_t value, enum slot_verdict verdict)
+{
+	say(&srv->out,
+	    "doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32 " %s\n",
+	    conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict == SLOT_MISMATCH)
+		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
+		       " found %" PRIu32 " in its slot%s",
+		       conn->qp_num, seq, value,
+		       conn->slice.len ? "" : " (it holds no slice)");
+}
+
+/* The CM's other events: nothing to do, or no device any more. */
+int cm_other(enum rdma_cm_event_type type)
+{
+	if (type != RDMA_CM_EVENT_DEVICE_REMOVAL)
+		return 0;
+	errorf("the RDMA device went away");
+	return -ENODEV;
+}
+
+static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey);
+
+/*
+ * A completion the server cannot take as it comes.  A work request failed,
+ * and its QP is now in the error state: end the connection.  Only wr_id,
+ * status and qp_num are set (not opcode).  A flush (IBV_WC_WR_FLUSH_ERR)
+ * is only the echo of an error state reported before, or of a close.  A
+ * receive that carried an invalidation: on_invalidate().  A completion of
+ * no connection of ours is said.
+ */
+void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc)
+{
+	const char *what = "reply";
+
+	if (conn && wc->status == IBV_WC_SUCCESS) {
+		on_invalidate(srv, conn, wc->invalidated_rkey);
+		return;
+	}
+	if (!conn) {
+		errorf("a completion for qp=0x%" PRIx32 ", which is no "
+		       "connection of ours",
+		       wc->qp_num);
+		return;
+	}
+	if (WRID_KIND(wc->wr_id) == WRID_RECV)
+		what = "receive";
+	else if (WRID_KIND(wc->wr_id) == WRID_BIND)
+		what = "window bind";
+	else if (WRID_KIND(wc->wr_id) == WRID_PROBE)
+		what = "keepalive probe";
+	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
+		       wc_status_name(wc->status));
+	if (WRID_KIND(wc->wr_id) == WRID_PROBE)
+		conn_drop(srv, conn, "qp_error");
+	conn_close(srv, conn);
+}
+
+/* Any other asynchronous event: named.  A QP that broke is closed; a CQ,
+ * an SRQ or a device that broke stops the server (-EIO). */
+int async_other(struct server *srv, const struct ibv_async_event *event)
+{
+	const char *name = async_event_name(event->event_type);
+	struct conn *conn;
+
+	switch (event->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
+		    event->element.qp->qp_num);
+		conn = conn_find(srv, event->element.qp->qp_num);
+		if (conn)
+			conn_close(srv, conn);
+		return 1;
+	case IBV_EVENT_CQ_ERR:
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_DEVICE_FATAL:
+		say(&srv->out, "async event=%s\n", name);
+		errorf("%s: completions can no longer be trusted: stopping",
+		       name);
+		return -EIO;
+	default:
+		say(&srv->out, "async event=%s\n", name);
+		return 1;
+	}
+}
+
+/*
+ * conn_quiet() gave up waiting for a send: a device that flushes nothing
+ * (never seen).  Destroying the QP takes its sends with it: they are
+ * counted, and nothing of theirs is waited for any more.  Their
+ * completions, should one come after all, find no connection: conn_find()
+ * looks for a QP number, and rxe gives a number again only after about a
+ * million QPs (docs/design.md).  The event-driven server's reply buffers
+ * they held are free again.
+ */
+static void sends_abandon(struct server *srv, struct conn *conn)
+{
+	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
+
+	for (uint32_t i = 0; srv->reply_buffer_put && i < count; i++)
+		srv->reply_buffer_put(srv, conn,
+				      WRID_SEND | i); /* given back */
+	srv->sends_abandoned += conn->sending;
+	errorf("qp=0x%" PRIx32 ": %u sends still outstanding after %d ms: "
+	       "destroying it anyway",
+	       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
+}
+
+/* A QP is gone, its slice back; what ended the wait (conn_quiet()). */
+void destroy_print(struct server *srv, struct conn *conn, double now)
+{
+	if (conn->sending)
+		sends_abandon(srv, conn);
+	say(&srv->out,
+	    "destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s freed=%zu\n",
+	    conn->qp_num, (now - conn->closed_at) * 1000,
+	    conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
+}
+
+/* ---- limits and tuning -------------------------------------------------- */
+
+/*
+ * Why a device cannot take this server's settings, or NULL if it can: an
+ * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
+ * a QP per connection and, for --isolation mw, type 2 windows and a region
+ * per slice, on a device that is not Soft-RoCE (RXE_VENDOR_ID in common.h
+ * says why not).  Says which limit a setting passes (the device's
+ * attribute, ibv_query_device(3)), if say_why.
+ */
+static const char *device_refusal(struct server *srv, struct ibv_context *verbs,
+				  bool say_why)
+{
+	uint64_t cqe =
+		srv->opt.srq_depth + (uint64_t)srv->opt.max_conns * SQ_DEPTH;
+	const char *name = ibv_get_device_name(verbs->device);
+	struct ibv_device_attr attr;
+	int ret = ibv_query_device(verbs, &attr);
+
+	if (ret) {
+		report("ibv_query_device", ret);
+		return "device-limits";
+	}
+	if (srv->opt.srq_depth > (uint32_t)attr.max_srq_wr) {
+		if (say_why)
+			errorf("--srq-depth %" PRIu32 ": %s allows %d receives "
+			       "on an SRQ (max_srq_wr)",
+			       srv->opt.srq_depth, name, attr.max_srq_wr);
+		return "device-limits";
+	}
+	if (cqe > (uint64_t)attr.max_cqe) {
+		if (say_why)
+			errorf("--srq-depth %" PRIu32
+			       " and --max-conns %" PRIu32
+			       " need a CQ of %" PRIu64 " entries: %s allows "
+			       "%d (max_cqe)",
+			       srv->opt.srq_depth, srv->opt.max_conns, cqe,
+			       name, attr.max_cqe);
+		return "device-limits";
+	}
+	if (srv->opt.max_conns > (uint32_t)attr.max_qp) {
+		if (say_why)
+			errorf("--max-conns %" PRIu32 ": %s allows %d QPs "
+			       "(max_qp)",
+			       srv->opt.max_conns, name, attr.max_qp);
+		return "device-limits";
+	}
+	if (!srv->opt.isolation)
+		return NULL;
+	if (attr.vendor_id == RXE_VENDOR_ID) {
+		if (say_why)
+			errorf("--isolation mw: %s is Soft-RoCE (rxe), whose "
+			       "memory windows let any client crash this "
+			       "machine's kernel (a window invalidated twice: "
+			       "rxe_check_invalidate_mw() in "
+			       "drivers/infiniband/sw/rxe/rxe_mw.c); use "
+			       "--isolation none",
+			       name);
+		return "isolation-mw-on-rxe";
+	}
+	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+				       IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
+	    srv->opt.max_conns > (uint32_t)attr.max_mw ||
+	    srv->opt.max_conns + 2 > (uint32_t)attr.max_mr) {
+		if (say_why)
+			errorf("--isolation mw: %s has no type 2 memory "
+			       "windows, or fewer than --max-conns %" PRIu32
+			       " (max_mw %d, max_mr %d)",
+			       name, srv->opt.max_conns, attr.max_mw,
+			       attr.max_mr);
+		return "device-limits";
+	}
+	return NULL;
+}
+
+/*
+ * At start: an RDMA device at all (devices_check()), and one at least that
+ * can take the settings; a setting none can take is refused now, by name,
+ * not at the first client.  A device that cannot, when another can, is
+ * named, and a client that comes through it refused (conn_refusal()).
+ */
+int devices_fit(struct server *srv)
+{
+	struct ibv_device **list;
+	int n, fits = 0, err = devices_check();
+
+	if (err)
+		return err;
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return fail("ibv_get_device_list", errno);
+	for (int i = 0; i < n; i++) {
+		struct ibv_context *verbs = ibv_open_device(list[i]);
+
+		if (!verbs) {
+			report("ibv_open_device", errno);
+			continue;
+		}
+		fits += !device_refusal(srv, verbs, true);
+		err = undo(err, "ibv_close_device", ibv_close_device(verbs));
+	}
+	ibv_free_device_list(list);
+	if (err)
+		return err;
+	return fits ? 0 : -EINVAL;
+}
+
+/*
+ * Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
+ * an eighth of the SRQ's receives are left: a sign that the server is not
+ * keeping up and clients are about to hear "receiver not ready".  The limit
+ * disarms itself when it fires; we do not re-arm it, one line is enough.
+ */
+int srq_limit_arm(struct server *srv)
+{
+	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
+	int ret;
+
+	if (!attr.srq_limit)
+		return 0;
+	ret = ibv_modify_srq(srv->srq, &attr, IBV_SRQ_LIMIT);
+	return ret ? fail("ibv_modify_srq(srq_limit)", ret) : 0;
+}
+
+/* "receiver not ready", wait 0.64 ms (code 12); rxe: at least a kernel tick */
+#define MIN_RNR_TIMER 12
+
+/*
+ * When a message finds the SRQ empty, our NIC answers "receiver not ready"
+ * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
+ * rdma_accept() leaves it at 0, which is not "no wait" but the longest,
+ * 655 ms.  Only a connected QP takes a shorter one; if it will not, the
+ * connection still works, slowly under load: a warning, not an error.
+ */
+void rnr_timer_shorten(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
+	int ret = ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER);
+
+	if (ret)
+		report("ibv_modify_qp(min_rnr_timer)", ret);
+}
+
+/*
+ * The connections that can still complete a send: every open one, and a
+ * closing one until its last send has completed.  After that its QP can
+ * complete only receives it took from the SRQ, which the SRQ's share of
+ * the CQ covers.  Only these count toward --max-conns, what the CQ is sized
+ * for (cq_open()).
+ */
+static unsigned int conns_sending(const struct server *srv)
+{
+	unsigned int n = 0;
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
+		n += !conn->closing || conn->sending;
+	return n;
+}
+
+/*
+ * Why a connect request must be refused, in *refusal, or NULL: it came
+ * through a device that cannot take the settings (device_refusal()), or
+ * another device than the first (a listener on 0.0.0.0 may hear several),
+ * or the server is full.  At the limit, drain the CQ first: a flushed send
+ * may have freed a place.  Returns the drain's error, if it failed.
+ */
+int conn_refusal(struct server *srv, struct rdma_cm_id *id,
+		 const char **refusal)
+{
+	int n = 0;
+
+	*refusal = NULL;
+	if (!srv->verbs)
+		*refusal = device_refusal(srv, id->verbs, false);
+	else if (id->verbs != srv->verbs)
+		*refusal = "other-device";
+	else if (conns_sending(srv) >= srv->opt.max_conns)
+		n = cq_drain(srv);
+	if (!*refusal && srv->verbs &&
+	    (n < 0 || conns_sending(srv) >= srv->opt.max_conns))
+		*refusal = "server-full";
+	return n < 0 ? n : 0;
+}
+
+/*
+ * Room for a reply: 0, or -ENOBUFS once the connection is closed.  A
+ * connection may have SEND_DEPTH sends in flight: the protocol is request
+ * and reply, so a client that asks faster than it takes its replies is
+ * disconnected.  So is one that finds none of the event-driven server's
+ * reply buffers free, which the accounting of --max-conns rules out.
+ */
+int reply_room(struct server *srv, struct conn *conn)
+{
+	if (srv->reply_buffer_put && !srv->nsend_free) {
+		errorf("no reply buffer is free (all %u are in flight): "
+		       "qp=0x%" PRIx32 " gets no reply and is disconnected",
+		       srv->opt.max_conns * SEND_DEPTH, conn->qp_num);
+		conn_close(srv, conn);
+		return -ENOBUFS;
+	}
+	if (conn->sending < SEND_DEPTH)
+		return 0;
+	errorf("qp=0x%" PRIx32 " sent more than it takes replies for: %d "
+	       "sends in flight (replies, a probe, a bind): disconnecting it",
+	       conn->qp_num, SEND_DEPTH);
+	conn_close(srv, conn);
+	return -ENOBUFS;
+}
+
+/* ---- deadlines: no peer holds a place it does not use ------------------ */
+
+/* The server ends a connection itself, and says why. */
+void conn_drop(struct server *srv, struct conn *conn, const char *reason)
+{
+	if (conn->closing)
+		return;
+	say(&srv->out, "close qp=0x%" PRIx32 " reason=%s\n", conn->qp_num,
+	    reason);
+	conn_close(srv, conn);
+}
+
+/*
+ * A keepalive probe: an RDMA WRITE of no bytes.  The peer's NIC (or
+ * kernel) acknowledges it without its program, its memory or a receive:
+ * a zero-length RDMA operation carries no key to check (the IB spec's
+ * C9-88, as rxe's check_rkey() has it), and the connection manager gives
+ * every connected QP remote write access (the kernel's cm.c,
+ * cm_init_qp_init_attr()).  Signaled, like every send of ours.
+ */
+static void probe_send(struct server *srv, struct conn *conn, double now)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_PROBE,
+		.opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	int ret = ibv_post_send(conn->id->qp, &wr, &bad);
+
+	if (ret) {
+		report("ibv_post_send(keepalive probe)", ret);
+		conn_drop(srv, conn, "qp_error");
+		return;
+	}
+	conn->sending++;
+	conn->probing = true;
+	conn->probed_at = now;
+}
+
+/*
+ * Every connection's deadlines, each time round the loop.  One not
+ * ESTABLISHED --handshake-timeout-ms after its accept (its peer never sent
+ * the RTU; the CM would resend its REP for a minute or more) is closed.
+ * An established one gets a probe every --keepalive-ms: a client that only
+ * writes is quiet to the server program, which is no reason to close it,
+ * but RC has no keepalive of its own, and a peer that vanished without a
+ * disconnect (its machine died, its cable was pulled) would hold its place
+ * for ever.  The probe is answered once nothing is outstanding on the send
+ * queue (sends complete in order); one still outstanding --keepalive-ms
+ * later closes the connection: the peer is gone, or it leaves our replies
+ * unreceived.  The cost: a look at each connection per loop, and a packet
+ * and its acknowledgement per connection every --keepalive-ms.  Returns the
+ * ms until the next deadline (idiom 2 of common.h: a count), INT_MAX if
+ * there is none.
+ */
+int conns_watch(struct server *srv)
+{
+	double now = now_seconds(), next = 0, due; /* next: 0, none yet */
+	double keepalive = srv->opt.keepalive_ms / 1e3;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
+		if (conn->probing && !conn->sending)
+			conn->probing = false; /* answered */
+		if (conn->closing || (conn->established && !keepalive))
+			continue;
+		if (!conn->established) {
+			due = conn->accepted_at + srv->opt.handshake_ms / 1e3;
+			if (now >= due)
+				conn_drop(srv, conn, "handshake_timeout");
+		} else {
+			due = (conn->probed_at ? conn->probed_at
+					       : conn->accepted_at) +
+			      keepalive;
+			if (now >= due && conn->probing)
+				conn_drop(srv, conn, "peer_silent");
+			else if (now >= due)
+				probe_send(srv, conn, now);
+			if (now >= due)
+				due = now + keepalive;
+		}
+		if (!conn->closing && (!next || due < next))
+			next = due;
+	}
+	return next ? (int)((next - now) * 1e3) + 1 : INT_MAX;
+}
+
+/* ---- the end of all connections ----------------------------------------- */
+
+/*
+ * At the end: close every connection, then take events and completions
+ * until each QP is quiet and destroyed (CLOSE_TIMEOUT_MS at most, unless
+ * sends are still outstanding); after a signal, a last count.
+ */
+int conns_close_all(struct server *srv)
+{
+	const struct timespec pause = { .tv_nsec = 1000000 };
+	int ret = 0;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		conn_close(srv, conn);
+	while (srv->conns && ret >= 0) {
+		while ((ret = async_handle(srv)) > 0)
+			;
+		if (ret == 0)
+			ret = cq_drain(srv);
+		if (ret >= 0)
+			ret = conns_reap(srv);
+		nanosleep(&pause, NULL);
+	}
+	if (srv->stopped_by)
+		shutdown_print(srv);
+	if (srv->out.dropped)
+		errorf("%" PRIu64 " lines of output dropped: stdout was not "
+		       "read fast enough",
+		       srv->out.dropped);
+	if (srv->sends_abandoned)
+		errorf("%" PRIu64 " sends abandoned with their QPs",
+		       srv->sends_abandoned);
+	return ret < 0 ? ret : 0;
+}
+
+/* ---- isolation: a memory window per slice (--isolation mw) --------------- */
+
+/*
+ * The pool's rkey opens all of the pool to whoever holds it.  With
+ * --isolation mw the pool has no rkey at all, and each client gets the
+ * rkey of a type 2 memory window over its slice alone: a window is bound
+ * by a work request on the client's own QP and works only through that QP.
+ * Without the option, each of these functions does nothing.
+ */
+struct window {
+	struct ibv_mw *mw;
+	struct ibv_mr *mr; /* the slice's own region, under the window */
+	uint32_t rkey;	   /* the key handed out */
+};
+
+/* The pool is not registered as a whole: no key to all of it exists to
+ * be printed, leaked or guessed. */
+int windows_pool(struct server *srv)
+{
+	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%" PRIu32 " rkey=none\n",
+	    (uintptr_t)srv->pool_mem, srv->opt.pool_size);
+	return 0;
+}
+
+/*
+ * Bind the window over the connection's slice, with the key rkey, by a work
+ * request on the client's send queue.  Work requests on one send queue run
+ * in order, so the window works before a reply posted after it can tell
+ * the client its key (ibv_bind_mw(3)).  The bind is signaled like every
+ * send, so that conn->sending counts all that can still complete; SQ_DEPTH
+ * keeps it a send queue entry.
+ */
+static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WRID_BIND,
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
+		.bind_mw.mw = conn->window->mw,
+		.bind_mw.rkey = rkey,
+		.bind_mw.bind_info.mr = conn->window->mr,
+		.bind_mw.bind_info.addr =
+			(uintptr_t)(srv->pool_mem + conn->slice.off),
+		.bind_mw.bind_info.length = conn->slice.len,
+		.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE,
+	}, *bad;
+	int ret = ibv_post_send(conn->id->qp, &wr, &bad);
+
+	if (ret)
+		return fail("ibv_post_send(bind window)", ret);
+	conn->sending++;
+	conn->window->rkey = rkey;
+	/* A bind names the window by ibv_mw.rkey, which nothing updates
+	 * after a type 2 bind; rxe refuses a bind naming a key the window
+	 * no longer has (rxe_bind_mw() in rxe_mw.c), as on_invalidate()'s
+	 * rebind would. */
+	conn->window->mw->rkey = rkey;
+	return 0;
+}
+
+/*
+ * A window over the slice just granted (and zeroed), and its rkey in *rkey.
+ * ibv_inc_rkey() gives the key a fresh low byte, so no earlier key of this
+ * window can match.
+ *
+ * The window sits on a region registered for this slice alone, the only pin
+ * of these pages.  By the verbs, an access through a window is checked
+ * against the window's bounds; Soft-RoCE (rxe, Linux 6.1 and 6.12) checks
+ * only the bounds of the region underneath, so over one region for the
+ * whole pool a client could still write into its neighbour's slice.  With
+ * a region per slice, the two checks are the same one.  The region itself
+ * allows no remote access: MW_BIND lets windows be bound over it, and
+ * LOCAL_WRITE is required for a window that allows REMOTE_WRITE.  If the
+ * window cannot be bound, the slice goes back to the pool and the client
+ * is denied (ENOMEM when the region cannot be pinned: fail() says whether
+ * the locked-memory limit is why).
+ */
+int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
+{
+	uint8_t *slice = srv->pool_mem + conn->slice.off;
+	struct window *win;
+	int err;
+
+	if (!srv->opt.isolation)
+		return 0;
+	win = calloc(1, sizeof(*win));
+	if (!win) {
+		err = fail("calloc(window)", ENOMEM);
+		goto out_free_slice;
+	}
+	win->mw = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
+	if (!win->mw) {
+		err = fail("ibv_alloc_mw", errno);
+		goto out_free_window;
+	}
+	win->mr = ibv_reg_mr(srv->pd, slice, conn->slice.len,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	if (!win->mr) {
+		err = fail("ibv_reg_mr(slice)", errno);
+		goto out_dealloc_mw;
+	}
+	conn->window = win;
+	err = window_post(srv, conn, ibv_inc_rkey(win->mw->rkey));
+	if (err)
+		goto out_dereg;
+	*rkey = win->rkey;
+	return 0;
+
+out_dereg:
+	conn->window = NULL;
+	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(win->mr));
+out_dealloc_mw:
+	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(win->mw));
+out_free_window:
+	free(win);
+out_free_slice:
+	pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	conn->slice = (struct slice){ 0 };
+	return err;
+}
+
+/*
+ * Did this receive revoke a key (a SEND WITH INVALIDATE)?  libibverbs says
+ * so with IBV_WC_WITH_INV (1 << 3).  rxe does not: its kernel half writes
+ * the kernel's flag, IB_WC_WITH_INVALIDATE (1 << 2), into the completion
+ * (do_complete() in rxe_resp.c) and rdma-core's rxe_poll_cq() copies it
+ * unchanged, where libibverbs calls that bit IBV_WC_IP_CSUM_OK (measured:
+ * the server saw no IBV_WC_WITH_INV).  That bit counts only with a key
+ * that is one of our windows', so that a checksum flag from another
+ * device cannot close a client.
+ */
+bool key_revoked(const struct server *srv, const struct ibv_wc *wc)
+{
+	if (!(wc->opcode & IBV_WC_RECV))
+		return false;
+	if (wc->wc_flags & IBV_WC_WITH_INV)
+		return true;
+	if (!(wc->wc_flags & IBV_WC_IP_CSUM_OK))
+		return false;
+	for (const struct conn *c = srv->conns; c; c = c->next)
+		if (c->window && c->window->rkey == wc->invalidated_rkey)
+			return true;
+	return false;
+}
+
+/*
+ * A SEND WITH INVALIDATE came from conn: its sender asked our NIC to revoke
+ * the key rkey.  The protocol never sends one, so the sender is closed.  A
+ * type 2 window works only through the QP it was bound on, but rxe lets
+ * any QP invalidate it: rxe_check_invalidate_mw() (rxe_mw.c) checks the
+ * window's state and type, not its QP, where rxe_lookup_mw() checks the QP
+ * for every access.  So a client that guessed its neighbour's key has just
+ * revoked it.  The neighbour's window is bound again at once, with the same
+ * key: a write of the neighbour's that came in between has failed, and
+ * broke its connection (the device decides that, not us); every later one
+ * lands.  A device that checks the QP refuses the invalidation itself.
+ */
+static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey)
+{
+	struct conn *victim = srv->conns;
+
+	conn_drop(srv, conn, "invalidate");
+	while (victim && !(victim->window && victim->window->rkey == rkey))
+		victim = victim->next;
+	if (!victim || victim == conn || victim->closing)
+		return;
+	if (window_post(srv, victim, rkey))
+		conn_drop(srv, victim, "window_lost");
+	else
+		say(&srv->out, "rebind qp=0x%" PRIx32 " rkey=0x%" PRIx32 "\n",
+		    victim->qp_num, rkey);
+}
+
+/*
+ * The client is gone and its QP quiet: invalidate its key (deallocating
+ * the window does that) before its slice goes back to the pool, then drop
+ * the region the window sat on.
+ */
+int window_unbind(struct conn *conn)
+{
+	struct window *win = conn->window;
+	int err = 0;
+
+	if (!win)
+		return 0;
+	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(win->mw));
+	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(win->mr));
+	free(win);
+	conn->window = NULL;
+	return err;
+}

@@ -1,0 +1,127 @@
+/*
+ * server.h - what the two servers hold, and the machinery they share past
+ * their core paths (common/server.c), written once.
+ *
+ * Each server's own file keeps its whole core path: the verbs in the order
+ * they run, and the code in which the polling and the event-driven designs
+ * differ.  What both do alike beyond that lesson (options, signals and
+ * reports, troubles, limits and refusals, deadlines and keepalive, the end
+ * of all connections, --isolation mw) is here.  The machinery calls back
+ * into the core path through the hooks at the end of this file, which each
+ * server defines in its own way.
+ */
+#ifndef RDMA_POOL_SERVER_H
+#define RDMA_POOL_SERVER_H
+
+#include <rdma/rdma_cma.h>
+
+#include "common/common.h"
+
+/* Sends in flight per connection before a reply is posted (replies, a
+ * keepalive probe and a window bind all count: reply_room()); its send
+ * queue has room for two more, a probe and a rebind posted without that
+ * check (conns_watch(), on_invalidate() in server.c). */
+#define SEND_DEPTH 8
+#define SQ_DEPTH (SEND_DEPTH + 2)
+/* wr_id is ours, handed back in the completion, failed or not: what the
+ * work request was in the high 32 bits, a buffer's index below. */
+#define WRID_RECV (UINT64_C(1) << 32)
+#define WRID_SEND (UINT64_C(2) << 32)
+#define WRID_BIND (UINT64_C(3) << 32)
+#define WRID_PROBE (UINT64_C(4) << 32)
+#define WRID_KIND(wr_id) ((wr_id) & ~UINT64_C(0xffffffff))
+#define WRID_INDEX(wr_id) ((uint32_t)(wr_id))
+
+#define CLOSE_TIMEOUT_MS 2000  /* waiting for LAST_WQE_REACHED at most */
+#define CLOSE_GIVE_UP_MS 10000 /* a send not flushed by then never will be */
+
+struct options {
+	uint16_t port;
+	uint32_t pool_size, srq_depth, max_conns;
+	uint32_t handshake_ms, keepalive_ms; /* conns_watch() */
+	bool isolation, help;  /* --isolation mw: a memory window per slice */
+	uint32_t busy_poll_us; /* the event-driven server's spin_on() */
+};
+
+struct conn {
+	struct rdma_cm_id *id;
+	uint32_t qp_num;
+	struct slice slice;   /* this client's part of the pool */
+	unsigned int sending; /* sends posted, not yet completed */
+	bool closing, last_wqe, established, probing; /* conn_close() ... */
+	double accepted_at, probed_at, closed_at;     /* conns_watch() ... */
+	struct window *window; /* --isolation mw: window_bind() */
+	struct conn *next;
+};
+
+struct server {
+	struct options opt;
+	struct rdma_event_channel *events;
+	struct rdma_cm_id *listener;
+	struct ibv_context *verbs; /* this and the rest: verbs_open() */
+	struct ibv_pd *pd;
+	uint8_t *pool_mem, *recv_bufs;
+	struct ibv_mr *pool_mr, *recv_mr;
+	struct ibv_srq *srq;
+	struct ibv_cq *cq;
+	struct pool pool;
+	struct conn *conns;
+	unsigned int nconns, nclosing; /* in conns; of them closing */
+	uint32_t recvs_posted;	       /* receives on the SRQ now */
+	uint64_t doorbells, sends_abandoned;
+	int sigfd, stopped_by; /* signals; the one that ended serve() */
+	struct outlet out;     /* say(): reports that never block */
+
+	/* The event-driven server's own; the polling one leaves them 0.  Its
+	 * completion channel, and hybrid polling (spin_on()): */
+	struct ibv_comp_channel *comp;
+	bool spinning;		/* polling the CQ unarmed */
+	double last_completion; /* while spinning */
+	/* Its registered reply buffers (replies_open()), and the hook that
+	 * gives one back if conn holds it: */
+	uint8_t *send_bufs;
+	struct ibv_mr *send_mr;
+	uint32_t *send_free, nsend_free; /* a stack of free reply buffers */
+	struct conn **send_owner;	 /* whose reply each buffer holds */
+	void (*reply_buffer_put)(struct server *srv, struct conn *conn,
+				 uint64_t wr_id);
+};
+
+/* ---- the machinery (server.c), in the order the core path meets it ------ */
+
+int parse_options(int argc, char **argv, bool busy_poll, struct options *opt);
+int devices_fit(struct server *srv);
+int signals_open(struct server *srv);
+int listen_fail(struct server *srv, int err);
+int signal_take(struct server *srv);
+int cm_other(enum rdma_cm_event_type type);
+int conn_refusal(struct server *srv, struct rdma_cm_id *id,
+		 const char **refusal);
+void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason);
+int windows_pool(struct server *srv);
+int srq_limit_arm(struct server *srv);
+void rnr_timer_shorten(struct ibv_qp *qp);
+void conn_drop(struct server *srv, struct conn *conn, const char *reason);
+int async_other(struct server *srv, const struct ibv_async_event *event);
+bool key_revoked(const struct server *srv, const struct ibv_wc *wc);
+void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);
+int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
+void reply_print(struct server *srv, const struct conn *conn,
+		 const struct ctrl_msg *reply, uint32_t asked);
+int reply_room(struct server *srv, struct conn *conn);
+void doorbell_print(struct server *srv, const struct conn *conn, uint32_t seq,
+		    uint32_t value, enum slot_verdict verdict);
+int window_unbind(struct conn *conn);
+void destroy_print(struct server *srv, struct conn *conn, double now);
+int conns_watch(struct server *srv);
+int conns_close_all(struct server *srv);
+
+/* ---- the hooks: each server's own core path, called by the machinery --- */
+
+void conn_close(struct server *srv, struct conn *conn);
+struct conn *conn_find(struct server *srv, uint32_t qp_num);
+int async_handle(struct server *srv);
+int cq_drain(struct server *srv);
+int conns_reap(struct server *srv);
+
+#endif /* RDMA_POOL_SERVER_H */
