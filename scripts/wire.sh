@@ -83,11 +83,16 @@ tie() {
 			for (k in keys)
 				printf "%d of the %d RDMA WRITEs carry r_key %s in" \
 					" their RETH.\n", keys[k], n, k
-			printf "The server program saw only the REQ_ALLOC and the" \
-				" WRITEs with immediate (packets%s): its grant and" \
-				" doorbell lines. The other WRITEs and the %d ACKs" \
-				" were handled by the NICs alone (here: rxe, in the" \
-				" kernel of each VM).\n", imm, acks
+			printf "The server program heard of the CM REQ, RTU and" \
+				" DREQ as CM events; of the REQ_ALLOC and the WRITEs" \
+				" with immediate (packets%s) as receive completions" \
+				" (its grant and doorbell lines); and of the ACK of its" \
+				" RESP_ALLOC as the completion of that send. Its REP" \
+				" and DREP went out on its own calls (rdma_accept," \
+				" rdma_disconnect). It heard nothing of the other" \
+				" WRITEs and the other %d ACKs: the NICs handled them" \
+				" alone (here: rxe, in the kernel of each VM).\n", \
+				imm, acks - (acks > 0)
 		}' <<<"$raw" | fold -s -w 78
 }
 
