@@ -548,11 +548,13 @@ int cq_drain(struct server *srv)
 		n = ibv_poll_cq(srv->cq, CQ_BATCH, wc);
 		if (n < 0)
 			return fail("ibv_poll_cq", EIO);
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) /* the first error is kept */
 			err = undo(err, NULL, on_completion(srv, &wc[i]));
+		if (err)
+			return err;
 		total += n;
-	} while (n > 0 && !err);
-	return err ? err : total;
+	} while (n > 0);
+	return total;
 }
 
 /* One completion; a receive's buffer goes back whatever it brought.  A
