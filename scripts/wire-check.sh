@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # wire-check.sh PCAP [--outputs DIR] KEY=VALUE...: check that one session
-# of the protocol went over the wire exactly as README.md's "The wire
+# of the protocol went over the wire exactly as README.md's "The
 # protocol" says, packet by packet. Prints one line saying what it found,
 # or fails naming the first packet that differs from what it should be.
 #

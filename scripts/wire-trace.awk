@@ -70,9 +70,9 @@ function describe(src, dst, kind, psn, qp, info,
 	if (kind == "cm-rej")
 		return "rdma_reject: reason " get(info, "reason")
 	if (kind == "cm-dreq")
-		return "rdma_disconnect"
+		return "rdma_disconnect: DISCONNECTED at the other end"
 	if (kind == "cm-drep")
-		return "DISCONNECTED, both sides"
+		return "its rdma_disconnect: DISCONNECTED at the other end"
 	if (kind == "send") {
 		msg = get(info, "msg")
 		label[src "/" dst "/" psn] = msg != "" ? msg : "SEND"
