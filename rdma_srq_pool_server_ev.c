@@ -174,7 +174,9 @@ static int serve(struct server *srv)
 		err = conns_reap(srv);
 		if (err < 0)
 			return err;
-		if (fds[SIG].revents)
+		/* A signal, or stdout's reader gone (no fd says so: say()
+		 * met EPIPE while this turn printed). */
+		if (fds[SIG].revents || srv->out.closed)
 			signo = signal_take(srv);
 	}
 	srv->stopped_by = signo;
