@@ -407,10 +407,16 @@ static void memlock_hint(void)
  * Two failures get a line of advice, being the commonest troubles: no RDMA
  * stack at all (no /dev/infiniband/rdma_cm: rdma_create_event_channel()
  * says ENODEV or ENOENT), and a locked-memory limit too low to register
- * memory.
+ * memory.  A call that failed with errno 0 still failed: -EIO, never 0,
+ * which every caller would take for success.
  */
 int fail(const char *what, int err)
 {
+	if (!err) {
+		fprintf(stderr, "%s: %s: failed, and errno says nothing\n",
+			program_invocation_short_name, what);
+		return -EIO;
+	}
 	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
 		strerror(err));
 	if ((err == ENODEV || err == ENOENT) &&

@@ -337,6 +337,17 @@ static void test_names(void)
 		      "IBV_EVENT_QP_LAST_WQE_REACHED") == 0);
 }
 
+/*
+ * A call that fails with errno 0 (a library that forgot to set it) still
+ * fails: fail() must not give back 0, which every caller takes for
+ * success (window_bind() would free the slice and grant 0 bytes).
+ */
+static void test_fail_never_returns_success(void)
+{
+	EXPECT(fail("ibv_alloc_mw", 0) < 0);
+	EXPECT(fail("ibv_reg_mr(slice)", ENOMEM) == -ENOMEM);
+}
+
 /* ---- reports that never block ------------------------------------------- */
 
 /*
@@ -395,6 +406,7 @@ static const struct {
 	{ "parse_u64", test_parse_u64 },
 	{ "parse_number", test_parse_number },
 	{ "names", test_names },
+	{ "fail_never_returns_success", test_fail_never_returns_success },
 	{ "say_never_blocks", test_say_never_blocks },
 };
 
