@@ -129,13 +129,19 @@ test_checker_fails() {
 
 # test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to
 # ADDR + 4 with RKEY) changed in a copy of the capture. Found by its bytes:
-# the RETH (va, r_key, length 4) right before the payload 2.
+# the RETH (va, r_key, length 4) right before the payload 2, searched in a
+# hex dump (grep cannot match bytes across a newline byte, 0x0a, which an
+# address may hold), at whole bytes only; each match's offset on a line.
 test_corrupted_capture() {
-	local t=$1 addr=${2:-0} rkey=${3:-0} copy=$dir/corrupted.pcap va at bytes off
+	local t=$1 addr=${2:-0} rkey=${3:-0} copy=$dir/corrupted.pcap va at hex off
 	va=$(printf '0x%x' $((addr + 4)))
 	at=$(first_packet "infiniband.reth.va == $va && infiniband.reth.r_key == $rkey")
-	bytes=$(printf '%016x%08x%08x%08x' "$va" "$rkey" 4 2 | sed 's/../\\x&/g')
-	off=$(LC_ALL=C grep -obUaP "$bytes" "$pcap" | cut -d: -f1)
+	hex=$(printf '%016x%08x%08x%08x' "$va" "$rkey" 4 2)
+	off=$(od -An -v -tx1 "$pcap" | tr -d ' \n' | awk -v want="$hex" '{
+		for (base = 0; (j = index(substr($0, base + 1), want)); base += j)
+			if ((base + j - 1) % 2 == 0)
+				print (base + j - 1) / 2
+	}')
 	if [ -z "$at" ] || [[ ! $off =~ ^[0-9]+$ ]]; then
 		fail "$t" "cannot find write 2 (va $va) once in the capture"
 		return
