@@ -20,7 +20,7 @@
  *                       reply_buffer_put, or on_doorbell
  *     conns_reap        each closed QP, once conn_quiet: conn_destroy
  * What both servers do alike beyond this lesson (options, reports,
- * troubles, limits and deadlines, the end, --isolation mw) is written once,
+ * troubles, limits and deadlines, the end, --isolation) is written once,
  * in common/server.c.  The twin rdma_pool_server.c polls on a tick.
  */
 #include <endian.h>
@@ -291,8 +291,8 @@ static int pool_register(struct server *srv)
 	if (!srv->pool_mem)
 		return fail("aligned_alloc(pool)", ENOMEM);
 	memset(srv->pool_mem, 0, size);
-	if (srv->opt.isolation)
-		return windows_pool(srv); /* no key to all of the pool */
+	if (srv->opt.isolation != ISOLATION_NONE)
+		return pool_keyless(srv); /* no key to all of the pool */
 	srv->pool_mr =
 		ibv_reg_mr(srv->pd, srv->pool_mem, size,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -568,7 +568,7 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	struct conn *conn = conn_find(srv, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
-	if (!conn || wc->status || key_revoked(srv, wc))
+	if (!conn || wc->status || key_revoked(wc))
 		on_trouble(srv, conn, wc); /* failed, or a key revoked */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
@@ -612,7 +612,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 	if (!err) {
 		/* the last holder's data is none of the next one's business */
 		memset(slice, 0, conn->slice.len);
-		err = window_bind(srv, conn, &rkey);
+		err = slice_key_make(srv, conn, &rkey);
 	}
 	if (!err) {
 		reply.addr = (uintptr_t)slice;
@@ -734,7 +734,7 @@ static bool conn_quiet(const struct conn *conn, double now)
  * its slice when the QP stopped has landed by now); destroy QP and id. */
 static int conn_destroy(struct server *srv, struct conn *conn, double now)
 {
-	int err = window_unbind(conn);
+	int err = slice_key_drop(conn);
 
 	if (conn->slice.len)
 		pool_free(&srv->pool, conn->slice.off, conn->slice.len);

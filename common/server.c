@@ -2,7 +2,7 @@
  * server.c - what the two servers share beyond their core paths, written
  * once: a first read of either server may skip it.  Options, signals and
  * reports; troubles; limits and refusals; deadlines and keepalive; the end
- * of all connections; and --isolation mw.  server.h lists it, and the
+ * of all connections; and --isolation.  server.h lists it, and the
  * hooks: the core-path functions of each server's own file that this
  * calls back.
  */
@@ -47,9 +47,10 @@ static void usage(FILE *out, bool busy_poll)
 		"      --srq-depth N      receives kept posted (default %d)\n"
 		"      --max-conns N      clients at once (default %d)\n"
 		"      --isolation MODE   none: every client gets the pool's\n"
-		"                         rkey (default); mw: a memory window\n"
-		"                         over its own slice only (refused on\n"
-		"                         Soft-RoCE, where a client could crash\n"
+		"                         rkey (default); mr: a region over its\n"
+		"                         own slice; mw: a memory window over\n"
+		"                         its own slice, for its QP only (refused\n"
+		"                         on Soft-RoCE, where a client could crash\n"
 		"                         the machine: docs/design.md)\n"
 		"      --handshake-timeout-ms MS\n"
 		"                         close a connection not established\n"
@@ -68,6 +69,23 @@ static void usage(FILE *out, bool busy_poll)
 			"                         sleeping again; 0: never (default %d)\n",
 			DEFAULT_BUSY_POLL_US);
 	fprintf(out, "  -h, --help             show this text\n");
+}
+
+static int parse_isolation(const char *arg, enum isolation *isolation)
+{
+	static const char *const names[] = {
+		[ISOLATION_NONE] = "none",
+		[ISOLATION_MR] = "mr",
+		[ISOLATION_MW] = "mw",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(arg, names[i]) == 0) {
+			*isolation = (enum isolation)i;
+			return 0;
+		}
+	errorf("bad isolation '%s': want none, mr or mw", arg);
+	return -EINVAL;
 }
 
 /* Fills opt from the arguments, or says what is wrong and fails; --help
@@ -122,12 +140,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 					   MAX_MAX_CONNS, &max_conns);
 			break;
 		case 'I':
-			opt->isolation = strcmp(optarg, "mw") == 0;
-			if (!opt->isolation && strcmp(optarg, "none")) {
-				errorf("bad isolation '%s': want none or mw",
-				       optarg);
-				err = -EINVAL;
-			}
+			err = parse_isolation(optarg, &opt->isolation);
 			break;
 		case 'T':
 			err = parse_number("handshake timeout", optarg, 1,
@@ -415,9 +428,9 @@ void destroy_print(struct server *srv, struct conn *conn, double now)
 /*
  * Why a device cannot take this server's settings, or NULL if it can: an
  * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
- * a QP per connection and, for --isolation mw, type 2 windows and a region
- * per slice, on a device that is not Soft-RoCE (RXE_VENDOR_ID in common.h
- * says why not).  Says which limit a setting passes (the device's
+ * a QP per connection and, under --isolation, a region per slice and, for
+ * mw, type 2 windows on a device that is not Soft-RoCE (RXE_VENDOR_ID in
+ * common.h says why not).  Says which limit a setting passes (the device's
  * attribute, ibv_query_device(3)), if say_why.
  */
 static const char *device_refusal(struct server *srv, struct ibv_context *verbs,
@@ -457,7 +470,18 @@ static const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			       srv->opt.max_conns, name, attr.max_qp);
 		return "device-limits";
 	}
-	if (!srv->opt.isolation)
+	if (srv->opt.isolation == ISOLATION_NONE)
+		return NULL;
+	if (srv->opt.max_conns + 2 > (uint32_t)attr.max_mr) {
+		if (say_why)
+			errorf("--isolation: %s allows %d memory regions "
+			       "(max_mr), fewer than one per slice of "
+			       "--max-conns %" PRIu32
+			       " and two of the server's",
+			       name, attr.max_mr, srv->opt.max_conns);
+		return "device-limits";
+	}
+	if (srv->opt.isolation == ISOLATION_MR)
 		return NULL;
 	if (attr.vendor_id == RXE_VENDOR_ID) {
 		if (say_why)
@@ -466,20 +490,18 @@ static const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			       "machine's kernel (a window invalidated twice: "
 			       "rxe_check_invalidate_mw() in "
 			       "drivers/infiniband/sw/rxe/rxe_mw.c); use "
-			       "--isolation none",
+			       "--isolation mr",
 			       name);
 		return "isolation-mw-on-rxe";
 	}
 	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
 				       IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
-	    srv->opt.max_conns > (uint32_t)attr.max_mw ||
-	    srv->opt.max_conns + 2 > (uint32_t)attr.max_mr) {
+	    srv->opt.max_conns > (uint32_t)attr.max_mw) {
 		if (say_why)
 			errorf("--isolation mw: %s has no type 2 memory "
 			       "windows, or fewer than --max-conns %" PRIu32
-			       " (max_mw %d, max_mr %d)",
-			       name, srv->opt.max_conns, attr.max_mw,
-			       attr.max_mr);
+			       " (max_mw %d)",
+			       name, srv->opt.max_conns, attr.max_mw);
 		return "device-limits";
 	}
 	return NULL;
@@ -740,24 +762,25 @@ int conns_close_all(struct server *srv)
 	return ret < 0 ? ret : 0;
 }
 
-/* ---- isolation: a memory window per slice (--isolation mw) --------------- */
+/* ---- isolation: a key per slice (--isolation mr or mw) ----------------- */
 
 /*
- * The pool's rkey opens all of the pool to whoever holds it.  With
- * --isolation mw the pool has no rkey at all, and each client gets the
- * rkey of a type 2 memory window over its slice alone: a window is bound
- * by a work request on the client's own QP and works only through that QP.
- * Without the option, each of these functions does nothing.
+ * The pool's rkey opens all of the pool to whoever holds it.  Under
+ * --isolation mr or mw the pool has no rkey at all, and each client gets a
+ * key that opens its own slice only: the rkey of a region registered over
+ * that slice (mr), or of a type 2 memory window over it (mw), which works
+ * only through the client's own QP besides.  Under --isolation none, each
+ * of these functions does nothing.
  */
-struct window {
-	struct ibv_mw *mw;
-	struct ibv_mr *mr; /* the slice's own region, under the window */
+struct slice_key {
+	struct ibv_mr *mr; /* a region over the slice alone */
+	struct ibv_mw *mw; /* mw: the window bound over it */
 	uint32_t rkey;	   /* the key handed out */
 };
 
 /* The pool is not registered as a whole: no key to all of it exists to
  * be printed, leaked or guessed. */
-int windows_pool(struct server *srv)
+int pool_keyless(struct server *srv)
 {
 	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%" PRIu32 " rkey=none\n",
 	    (uintptr_t)srv->pool_mem, srv->opt.pool_size);
@@ -778,9 +801,9 @@ static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
 		.wr_id = WRID_BIND,
 		.opcode = IBV_WR_BIND_MW,
 		.send_flags = IBV_SEND_SIGNALED,
-		.bind_mw.mw = conn->window->mw,
+		.bind_mw.mw = conn->key->mw,
 		.bind_mw.rkey = rkey,
-		.bind_mw.bind_info.mr = conn->window->mr,
+		.bind_mw.bind_info.mr = conn->key->mr,
 		.bind_mw.bind_info.addr =
 			(uintptr_t)(srv->pool_mem + conn->slice.off),
 		.bind_mw.bind_info.length = conn->slice.len,
@@ -791,70 +814,82 @@ static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
 	if (ret)
 		return fail("ibv_post_send(bind window)", ret);
 	conn->sending++;
-	conn->window->rkey = rkey;
+	conn->key->rkey = rkey;
 	/* A bind names the window by ibv_mw.rkey, which nothing updates
-	 * after a type 2 bind; rxe refuses a bind naming a key the window
-	 * no longer has (rxe_bind_mw() in rxe_mw.c), as on_invalidate()'s
-	 * rebind would. */
-	conn->window->mw->rkey = rkey;
+	 * after a type 2 bind; a device may refuse a bind naming a key the
+	 * window no longer has (rxe_bind_mw() in rxe_mw.c does), as
+	 * on_invalidate()'s rebind would. */
+	conn->key->mw->rkey = rkey;
 	return 0;
 }
 
 /*
- * A window over the slice just granted (and zeroed), and its rkey in *rkey.
- * ibv_inc_rkey() gives the key a fresh low byte, so no earlier key of this
- * window can match.
+ * A key to the slice just granted (and zeroed), in *rkey.
  *
- * The window sits on a region registered for this slice alone, the only pin
- * of these pages.  By the verbs, an access through a window is checked
- * against the window's bounds; Soft-RoCE (rxe, Linux 6.1 and 6.12) checks
- * only the bounds of the region underneath, so over one region for the
- * whole pool a client could still write into its neighbour's slice.  With
- * a region per slice, the two checks are the same one.  The region itself
- * allows no remote access: MW_BIND lets windows be bound over it, and
- * LOCAL_WRITE is required for a window that allows REMOTE_WRITE.  If the
- * window cannot be bound, the slice goes back to the pool and the client
- * is denied (ENOMEM when the region cannot be pinned: fail() says whether
- * the locked-memory limit is why).
+ * The region is registered over this slice alone, the only pin of these
+ * pages.  Under mr it lets remote writes in (REMOTE_WRITE needs
+ * LOCAL_WRITE) and its rkey is the key.  A region's rkey works from every
+ * QP of its PD, and every client's QP is in the server's one PD (the
+ * SRQ's): a client that learns or guesses a neighbour's key can write
+ * there.  A wrong guess costs the guesser its connection: the write is
+ * refused, which breaks its QP, and the server closes it.
+ *
+ * Under mw the region allows no remote access itself (MW_BIND lets windows
+ * be bound over it; a window that allows REMOTE_WRITE needs LOCAL_WRITE),
+ * and the key is a type 2 window's, bound over it with a fresh low byte
+ * (ibv_inc_rkey()) so that no earlier key of this window can match.  By
+ * the verbs, an access through a window is checked against the window's
+ * bounds; Soft-RoCE checked only the region's, so a window over one region
+ * for the whole pool let a client write into its neighbour's slice.  With
+ * a region per slice, the two checks are the same one.
+ *
+ * If no key can be made, the slice goes back to the pool and the client is
+ * denied (ENOMEM when the region cannot be pinned: fail() says whether the
+ * locked-memory limit is why).
  */
-int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey)
+int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
 	uint8_t *slice = srv->pool_mem + conn->slice.off;
-	struct window *win;
+	bool mw = srv->opt.isolation == ISOLATION_MW;
+	int access = IBV_ACCESS_LOCAL_WRITE |
+		     (mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE);
+	struct slice_key *key;
 	int err;
 
-	if (!srv->opt.isolation)
+	if (srv->opt.isolation == ISOLATION_NONE)
 		return 0;
-	win = calloc(1, sizeof(*win));
-	if (!win) {
-		err = fail("calloc(window)", ENOMEM);
+	key = calloc(1, sizeof(*key));
+	if (!key) {
+		err = fail("calloc(slice key)", ENOMEM);
 		goto out_free_slice;
 	}
-	win->mw = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
-	if (!win->mw) {
-		err = fail("ibv_alloc_mw", errno);
-		goto out_free_window;
-	}
-	win->mr = ibv_reg_mr(srv->pd, slice, conn->slice.len,
-			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
-	if (!win->mr) {
+	key->mr = ibv_reg_mr(srv->pd, slice, conn->slice.len, access);
+	if (!key->mr) {
 		err = fail("ibv_reg_mr(slice)", errno);
-		goto out_dealloc_mw;
+		goto out_free_key;
 	}
-	conn->window = win;
-	err = window_post(srv, conn, ibv_inc_rkey(win->mw->rkey));
-	if (err)
-		goto out_dereg;
-	*rkey = win->rkey;
+	key->rkey = key->mr->rkey;
+	conn->key = key;
+	if (mw) {
+		key->mw = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
+		if (!key->mw) {
+			err = fail("ibv_alloc_mw", errno);
+			goto out_dereg;
+		}
+		err = window_post(srv, conn, ibv_inc_rkey(key->mw->rkey));
+		if (err)
+			goto out_dealloc_mw;
+	}
+	*rkey = key->rkey;
 	return 0;
 
-out_dereg:
-	conn->window = NULL;
-	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(win->mr));
 out_dealloc_mw:
-	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(win->mw));
-out_free_window:
-	free(win);
+	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(key->mw));
+out_dereg:
+	conn->key = NULL;
+	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(key->mr));
+out_free_key:
+	free(key);
 out_free_slice:
 	pool_free(&srv->pool, conn->slice.off, conn->slice.len);
 	conn->slice = (struct slice){ 0 };
@@ -862,52 +897,46 @@ out_free_slice:
 }
 
 /*
- * Did this receive revoke a key (a SEND WITH INVALIDATE)?  libibverbs says
- * so with IBV_WC_WITH_INV (1 << 3).  rxe does not: its kernel half writes
- * the kernel's flag, IB_WC_WITH_INVALIDATE (1 << 2), into the completion
- * (do_complete() in rxe_resp.c) and rdma-core's rxe_poll_cq() copies it
- * unchanged, where libibverbs calls that bit IBV_WC_IP_CSUM_OK (measured:
- * the server saw no IBV_WC_WITH_INV).  That bit counts only with a key
- * that is one of our windows', so that a checksum flag from another
- * device cannot close a client.
+ * Did this receive revoke a key (a SEND WITH INVALIDATE)?  Only a plain
+ * receive can; libibverbs says so with IBV_WC_WITH_INV.  (rxe writes the
+ * kernel's flag into another bit, IBV_WC_IP_CSUM_OK to libibverbs; but it
+ * invalidates no region that ibv_reg_mr() made, below, and the servers
+ * refuse windows on rxe, so no key of ours is ever revoked there.)
  */
-bool key_revoked(const struct server *srv, const struct ibv_wc *wc)
+bool key_revoked(const struct ibv_wc *wc)
 {
-	if (!(wc->opcode & IBV_WC_RECV))
-		return false;
-	if (wc->wc_flags & IBV_WC_WITH_INV)
-		return true;
-	if (!(wc->wc_flags & IBV_WC_IP_CSUM_OK))
-		return false;
-	for (const struct conn *c = srv->conns; c; c = c->next)
-		if (c->window && c->window->rkey == wc->invalidated_rkey)
-			return true;
-	return false;
+	return wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_INV);
 }
 
 /*
  * A SEND WITH INVALIDATE came from conn: its sender asked our NIC to revoke
- * the key rkey.  The protocol never sends one, so the sender is closed.  A
- * type 2 window works only through the QP it was bound on, but rxe lets
- * any QP invalidate it: rxe_check_invalidate_mw() (rxe_mw.c) checks the
- * window's state and type, not its QP, where rxe_lookup_mw() checks the QP
- * for every access.  So a client that guessed its neighbour's key has just
- * revoked it.  The neighbour's window is bound again at once, with the same
- * key: a write of the neighbour's that came in between has failed, and
- * broke its connection (the device decides that, not us); every later one
- * lands.  A device that checks the QP refuses the invalidation itself.
+ * the key rkey.  The protocol never sends one, so the sender is closed.
+ *
+ * A region that ibv_reg_mr() made cannot be invalidated remotely: rxe
+ * refuses (rxe_invalidate_mr() in rxe_mr.c wants IB_MR_TYPE_MEM_REG), the
+ * receive fails with IBV_WC_REM_INV_REQ_ERR, and the sender's QP breaks
+ * (Linux 6.1's rxe_resp.c; measured on 6.1 and 6.12): the key's owner goes
+ * on.  A type 2 window works only through the QP it was bound on, but a
+ * device may let any QP invalidate it (rxe did: rxe_check_invalidate_mw()
+ * checks the window's state and type, not its QP).  The neighbour's window
+ * is then bound again at once, with the same key: a write of the
+ * neighbour's that came in between has failed, and broke its connection
+ * (the device decides that, not us); every later one lands.  A rebind
+ * leaves room for one probe on the send queue (SQ_DEPTH); a key that
+ * cannot be given back ends its owner's connection.
  */
 static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey)
 {
 	struct conn *victim = srv->conns;
 
 	conn_drop(srv, conn, "invalidate");
-	while (victim && !(victim->window && victim->window->rkey == rkey))
+	while (victim && !(victim->key && victim->key->rkey == rkey))
 		victim = victim->next;
 	if (!victim || victim == conn || victim->closing)
 		return;
-	if (window_post(srv, victim, rkey))
-		conn_drop(srv, victim, "window_lost");
+	if (!victim->key->mw || victim->sending > SEND_DEPTH ||
+	    window_post(srv, victim, rkey))
+		conn_drop(srv, victim, "key_lost");
 	else
 		say(&srv->out, "rebind qp=0x%" PRIx32 " rkey=0x%" PRIx32 "\n",
 		    victim->qp_num, rkey);
@@ -915,19 +944,20 @@ static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey)
 
 /*
  * The client is gone and its QP quiet: invalidate its key (deallocating
- * the window does that) before its slice goes back to the pool, then drop
- * the region the window sat on.
+ * the window, or deregistering the region, does that) before its slice
+ * goes back to the pool.
  */
-int window_unbind(struct conn *conn)
+int slice_key_drop(struct conn *conn)
 {
-	struct window *win = conn->window;
+	struct slice_key *key = conn->key;
 	int err = 0;
 
-	if (!win)
+	if (!key)
 		return 0;
-	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(win->mw));
-	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(win->mr));
-	free(win);
-	conn->window = NULL;
+	if (key->mw)
+		err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(key->mw));
+	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(key->mr));
+	free(key);
+	conn->key = NULL;
 	return err;
 }

@@ -6,7 +6,7 @@
  * they run, and the code in which the polling and the event-driven designs
  * differ.  What both do alike beyond that lesson (options, signals and
  * reports, troubles, limits and refusals, deadlines and keepalive, the end
- * of all connections, --isolation mw) is here.  The machinery calls back
+ * of all connections, --isolation) is here.  The machinery calls back
  * into the core path through the hooks at the end of this file, which each
  * server defines in its own way.
  */
@@ -35,11 +35,21 @@
 #define CLOSE_TIMEOUT_MS 2000  /* waiting for LAST_WQE_REACHED at most */
 #define CLOSE_GIVE_UP_MS 10000 /* a send not flushed by then never will be */
 
+/* --isolation: what an rkey handed to a client opens (docs/design.md,
+ * "Isolation", compares them). */
+enum isolation {
+	ISOLATION_NONE, /* the pool's: all of the pool */
+	ISOLATION_MR,	/* a region registered over the slice: the slice */
+	ISOLATION_MW,	/* a type 2 window over the slice: the slice, from
+			 * the client's own QP only */
+};
+
 struct options {
 	uint16_t port;
 	uint32_t pool_size, srq_depth, max_conns;
 	uint32_t handshake_ms, keepalive_ms; /* conns_watch() */
-	bool isolation, help;  /* --isolation mw: a memory window per slice */
+	enum isolation isolation; /* whose key opens what: slice_key_make() */
+	bool help;
 	uint32_t busy_poll_us; /* the event-driven server's spin_on() */
 };
 
@@ -50,7 +60,7 @@ struct conn {
 	unsigned int sending; /* sends posted, not yet completed */
 	bool closing, last_wqe, established, probing; /* conn_close() ... */
 	double accepted_at, probed_at, closed_at;     /* conns_watch() ... */
-	struct window *window; /* --isolation mw: window_bind() */
+	struct slice_key *key; /* --isolation mr or mw: slice_key_make() */
 	struct conn *next;
 };
 
@@ -98,20 +108,20 @@ int cm_other(enum rdma_cm_event_type type);
 int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		 const char **refusal);
 void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason);
-int windows_pool(struct server *srv);
+int pool_keyless(struct server *srv);
 int srq_limit_arm(struct server *srv);
 void rnr_timer_shorten(struct ibv_qp *qp);
 void conn_drop(struct server *srv, struct conn *conn, const char *reason);
 int async_other(struct server *srv, const struct ibv_async_event *event);
-bool key_revoked(const struct server *srv, const struct ibv_wc *wc);
+bool key_revoked(const struct ibv_wc *wc);
 void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);
-int window_bind(struct server *srv, struct conn *conn, uint32_t *rkey);
+int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey);
 void reply_print(struct server *srv, const struct conn *conn,
 		 const struct ctrl_msg *reply, uint32_t asked);
 int reply_room(struct server *srv, struct conn *conn);
 void doorbell_print(struct server *srv, const struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict);
-int window_unbind(struct conn *conn);
+int slice_key_drop(struct conn *conn);
 void destroy_print(struct server *srv, struct conn *conn, double now);
 int conns_watch(struct server *srv);
 int conns_close_all(struct server *srv);

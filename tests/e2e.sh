@@ -81,7 +81,9 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_stuck_replies "$server"
 	test_closed_before_established "$server"
 	test_burst_at_the_limit "$server"
-	test_isolation "$server"
+	test_isolation "$server" none
+	test_isolation "$server" mr
+	test_isolation_unprivileged "$server"
 	test_isolation_mw_refused "$server"
 	test_hostile "$server"
 done

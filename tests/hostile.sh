@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Peers that hold a place they do not use, break their QP, revoke another
-# client's window, or a reader that stalls the server's output: each must
+# client's key, or a reader that stalls the server's output: each must
 # cost the server nothing lasting. Sourced by e2e.sh after lib.sh and
 # robust.sh; each test starts a server of its own.
 
@@ -115,6 +115,46 @@ test_broken_qp() {
 	stop_server || fail "$t/server_survives" "exit status $?"
 }
 
+# A SEND WITH INVALIDATE naming a neighbour's key while the neighbour
+# streams. Under --isolation mr the key is a region's, which rxe does not
+# let a peer invalidate (server.c, on_invalidate()): the attacker's
+# receive fails and it is closed, and the victim's stream runs to its end.
+# A slice of 1 MiB, 262144 slots: the server would have to fall 262
+# doorbells behind to find one lapped.
+test_invalidate() {
+	local s=$1 t=$1/invalidate n=2000000 rkey victim seen status=0 why
+	start_server "$s" --isolation mr || { fail "$t" "server did not start"; return; }
+	run_client victim "$server_port" "$RDMA_ADDR" 1048576 -n "$n" -k 1000 &
+	victim=$!
+	if ! await_line "$work/server.out" '^grant ' 20; then
+		fail "$t" "the victim got no slice: $(head -c 300 "$work/victim.err")"
+		wait "$victim" || true
+		return
+	fi
+	rkey=$(sed -n 's/^grant .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/server.out")
+	timeout 60 "$peer" "$RDMA_ADDR" "$server_port" sendinv:"$rkey" \
+		>"$work/attacker.out" 2>"$work/attacker.err" || true
+	# The stream must outlast the attack, or the test shows nothing.
+	seen=$(grep -c '^doorbell ' "$work/server.out" || true)
+	if await_line "$work/server.err" '^[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_REM_INV_REQ_ERR$' 10; then
+		pass "$t/attacker_closed"
+	else
+		fail "$t/attacker_closed" "no failed receive for the attacker: $(cat "$work/attacker.out" "$work/attacker.err" "$work/server.err" | head -c 400)"
+	fi
+	wait "$victim" || status=$?
+	if [ "$seen" -ge $((n / 1000)) ]; then
+		fail "$t/victim_streams_on" "the victim's $n writes were done before the attack was: make the stream longer"
+	elif [ "$status" != 0 ]; then
+		fail "$t/victim_streams_on" "the victim exited $status after $seen doorbells: $(head -c 300 "$work/victim.err")"
+	elif why=$(check_session victim "$n" 1000 1048576); then
+		pass "$t/victim_streams_on"
+	else
+		fail "$t/victim_streams_on" "$why"
+	fi
+	expect_stats "$t/nothing_lost"
+	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
 # Settings the device cannot take are refused at start, by name.
 test_device_limits() {
 	local s=$1
@@ -128,18 +168,23 @@ test_device_limits() {
 	fi
 }
 
-# server_into_fifo PROGRAM READER [OPTIONS...]: the server's stdout into a
-# FIFO that the shell command READER reads (its stdin); waits until the
-# server listens, as start_server does. READER writes what it read to
-# $work/server.out.
+# server_into_fifo PROGRAM READER [--stderr-too] [OPTIONS...]: the
+# server's stdout (and stderr) into a FIFO that the shell command READER
+# reads (its stdin); waits until the server listens, as start_server does.
+# READER writes what it read to $work/server.out.
 server_into_fifo() {
-	local program=$1 reader=$2
+	local program=$1 reader=$2 err
 	shift 2
 	rm -f "$work"/*.out "$work"/*.err "$work/fifo"
 	mkfifo "$work/fifo"
+	err=$work/server.err
+	if [ "${1:-}" = --stderr-too ]; then
+		err=$work/fifo
+		shift
+	fi
 	bash -c "$reader" <"$work/fifo" >"$work/server.out" 2>/dev/null &
 	reader_pid=$!
-	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$work/server.err" &
+	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$err" &
 	server_pid=$!
 	server_port=$(listen_port "$work/server.out" "$server_pid")
 }
@@ -200,6 +245,7 @@ test_hostile() {
 	test_handshake_deadline "$1"
 	test_keepalive "$1"
 	test_broken_qp "$1"
+	test_invalidate "$1"
 	test_device_limits "$1"
 	test_output_stalled "$1"
 	test_output_gone "$1"

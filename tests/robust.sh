@@ -578,10 +578,13 @@ test_stuck_replies() {
 
 # Isolation. Without it every client holds the pool MR's rkey: a client can
 # write into its neighbour's slice, and past the end of its own, and the
-# test shows that it does.
+# test shows that it does. With --isolation mr each client's key is a
+# region's over its own slice: the same writes fail with
+# IBV_WC_REM_ACCESS_ERR and the neighbour's data stays as it was. And no
+# other key reaches the pool: no region covers it.
 test_isolation() {
-	local s=$1 t=$1/isolation_none owner port
-	start_server "$s" --isolation none || { fail "$t" "server did not start"; return; }
+	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs port
+	start_server "$s" --isolation "$mode" || { fail "$t" "server did not start"; return; }
 	port=$server_port
 	# The owner takes the first slice, writes 1025 into its slot 0, waits
 	# while the others try their luck, then rings doorbell 1025, which
@@ -598,15 +601,22 @@ test_isolation() {
 	# A 4-byte write whose last byte lies one past the end of the slice.
 	peer_steps overrun "$port" req:4096 write:4093:1 || true
 	touch "$work/go"
+	# What the kernel holds for the server while the owner holds a slice.
+	mrs=$(rdma resource show mr 2>/dev/null | grep " pid $server_pid " || true)
 	wait "$owner" || true
 
+	if [ "$mode" = none ]; then
+		want_write=IBV_WC_SUCCESS want_value='2049 lapped'
+	else
+		want_write=IBV_WC_REM_ACCESS_ERR want_value='1025 ok'
+	fi
 	expect_lines "$t/write_into_neighbour" "$work/intruder.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
-		write off=-4096 status=IBV_WC_SUCCESS
+		write off=-4096 status=$want_write
 	EOF
 	expect_lines "$t/write_one_byte_past_the_end" "$work/overrun.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
-		write off=4093 status=IBV_WC_SUCCESS
+		write off=4093 status=$want_write
 	EOF
 	expect_lines "$t/no_remote_read" "$work/owner.out" <<-EOF
 		reply status=0 size=4096 rkey=KEY
@@ -614,14 +624,73 @@ test_isolation() {
 		ring seq=1025 status=IBV_WC_SUCCESS
 		read off=0 value=0 status=IBV_WC_REM_ACCESS_ERR
 	EOF
-	# The server read slot 0 for doorbell 1025: the intruder's value.
+	# The server read slot 0 for doorbell 1025: the intruder's value, or,
+	# under isolation, the owner's own.
 	owner=$(grep -m1 '^grant ' "$work/server.out" | cut -d' ' -f2)
-	if await_line "$work/server.out" "^doorbell $owner seq=1025 value=2049 lapped\$" 5; then
+	if await_line "$work/server.out" "^doorbell $owner seq=1025 value=$want_value\$" 5; then
 		pass "$t/neighbour_sees"
 	else
-		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1025 value=2049 lapped' line"
+		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1025 value=$want_value' line"
+	fi
+	if [ "$mode" != none ]; then
+		# No key reaches the pool, for no region covers it: the server
+		# says rkey=none, and the kernel lists no region of the pool's
+		# size among the server's (only the slice, and its own buffers).
+		pool=$(sed -n 's/^pool .* size=\([0-9]*\) rkey=\([0-9a-fx]*\|none\)$/\1 \2/p' "$work/server.out")
+		if [ "${pool#* }" != none ]; then
+			fail "$t/pool_has_no_key" "the server's pool line gives a key: '$pool'"
+		elif [ -z "$mrs" ]; then
+			fail "$t/pool_has_no_key" "rdma resource show mr lists no region of the server (pid $server_pid)"
+		elif grep -q " mrlen ${pool% *} " <<<"$mrs"; then
+			fail "$t/pool_has_no_key" "the kernel has a region of the pool's ${pool% *} bytes: $(tr '\n' '|' <<<"$mrs")"
+		else
+			pass "$t/pool_has_no_key"
+		fi
+		# Every client has a key of its own, and the protocol still works.
+		if [ "$(grep -h '^reply status=0 ' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out | sort -u | wc -l)" = 3 ]; then
+			pass "$t/keys_of_their_own"
+		else
+			fail "$t/keys_of_their_own" "two clients were given the same rkey"
+		fi
+		test_one_client "$t" "$port"
 	fi
 	test_sigint "$t"
+}
+
+# --isolation mr as an ordinary user, whose locked memory is limited
+# (ulimit -l): the pool has no region of its own, so only the granted
+# slices are pinned, once. With a limit of 2 MiB a 1 MiB slice is granted;
+# a second one would pass the limit, and the server says that this, not a
+# full pool, is why it denies it (ENOMEM, the only status the protocol has
+# for "no memory").
+test_isolation_unprivileged() {
+	local s=$1 t=$1/isolation_mr/unprivileged pid port
+	needs_root "$t" "run the server as another user (setpriv)" || return 0
+	open_copy
+	rm -f "$work"/*.out "$work"/*.err
+	prlimit --memlock=$((2048 * 1024)) \
+		setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		"$open_top/$s" --port 0 --isolation mr \
+		>"$work/server.out" 2>"$work/server.err" &
+	server_pid=$!
+	if ! port=$(listen_port "$work/server.out" "$server_pid"); then
+		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
+		return
+	fi
+	peer_steps first "$port" req:1048576 sleep:4000 &
+	pid=$!
+	await_line "$work/first.out" '^reply ' 20 || true
+	peer_steps second "$port" req:1048576 || true
+	wait "$pid" || true
+	expect_lines "$t/first_slice_granted" "$work/first.out" <<<"reply status=0 size=1048576 rkey=KEY"
+	expect_lines "$t/second_denied" "$work/second.out" <<<"reply status=ENOMEM size=0 rkey=0x0"
+	if grep -q 'ibv_reg_mr(slice): Cannot allocate memory' "$work/server.err" &&
+		grep -q 'may pin only 2048 KiB (ulimit -l)' "$work/server.err"; then
+		pass "$t/says_it_is_the_memlock_limit"
+	else
+		fail "$t/says_it_is_the_memlock_limit" "server said: $(head -c 300 "$work/server.err")"
+	fi
+	stop_server || true
 }
 
 # --isolation mw on Soft-RoCE, where a client can crash the machine through
@@ -634,7 +703,7 @@ test_isolation_mw_refused() {
 		return
 	fi
 	expect_error "$t/refused_on_rxe" 10 \
-		"^$s: --isolation mw: $RDMA_DEV is Soft-RoCE \(rxe\), whose memory windows let any client crash this machine's kernel \(.*rxe_mw\.c\); use --isolation none$" \
+		"^$s: --isolation mw: $RDMA_DEV is Soft-RoCE \(rxe\), whose memory windows let any client crash this machine's kernel \(.*rxe_mw\.c\); use --isolation mr$" \
 		"$top/$s" --port 0 --isolation mw
 	if grep -q '^listen ' "$work/cmd.out"; then
 		fail "$t/never_listens" "it listened first: $(head -n 1 "$work/cmd.out")"
