@@ -288,15 +288,28 @@ const char *async_event_name(enum ibv_event_type type)
 #define SAY_LINE_MAX 512 /* a report line is far shorter */
 
 /*
- * poll() says whether stdout takes more now: a pipe with room for a line
- * (a line of at most PIPE_BUF bytes goes in whole), a file, a terminal that
- * is not stopped.  If not, the line is dropped, not waited for.  A pipe
- * whose reader has gone polls as an error, and write() then fails with
- * EPIPE (the servers ignore SIGPIPE, which would otherwise end them).
+ * Write a line now, or not at all: poll() says whether fd takes more
+ * without blocking: a pipe with room for a line (a line of at most
+ * PIPE_BUF bytes goes in whole), a file, a terminal that is not stopped.
+ * If not, -1 with errno EAGAIN: the line is dropped, not waited for, so a
+ * reader that stalls cannot stop the server's loop.  A pipe whose reader
+ * has gone polls as an error, and write() then fails with EPIPE (the
+ * servers ignore SIGPIPE, which would otherwise end them).
  */
+static ssize_t line_put(int fd, const char *line, size_t len)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+	if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLOUT | POLLERR))) {
+		errno = EAGAIN;
+		return -1;
+	}
+	return write(fd, line, len);
+}
+
+/* A report on stdout: a line dropped is counted, a reader gone noted. */
 void say(struct outlet *out, const char *fmt, ...)
 {
-	struct pollfd pfd = { .fd = STDOUT_FILENO, .events = POLLOUT };
 	char line[SAY_LINE_MAX];
 	va_list ap;
 	int len;
@@ -306,12 +319,7 @@ void say(struct outlet *out, const char *fmt, ...)
 	va_end(ap);
 	if (len >= (int)sizeof(line))
 		len = sizeof(line) - 1;
-	if (len < 0 || poll(&pfd, 1, 0) != 1 ||
-	    !(pfd.revents & (POLLOUT | POLLERR))) {
-		out->dropped++;
-		return;
-	}
-	if (write(STDOUT_FILENO, line, (size_t)len) != len) {
+	if (len < 0 || line_put(STDOUT_FILENO, line, (size_t)len) != len) {
 		out->closed = out->closed || errno == EPIPE;
 		out->dropped++;
 	}
@@ -413,12 +421,10 @@ static void memlock_hint(void)
 int fail(const char *what, int err)
 {
 	if (!err) {
-		fprintf(stderr, "%s: %s: failed, and errno says nothing\n",
-			program_invocation_short_name, what);
+		errorf("%s: failed, and errno says nothing", what);
 		return -EIO;
 	}
-	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
-		strerror(err));
+	errorf("%s: %s", what, strerror(err));
 	if ((err == ENODEV || err == ENOENT) &&
 	    strcmp(what, "rdma_create_event_channel") == 0)
 		devices_hint();
@@ -465,14 +471,24 @@ int devices_check(void)
 	return -ENODEV;
 }
 
-/* Any other error: "program: message" on stderr. */
+/* Any other error: "program: message" on stderr, written as say() writes:
+ * a reader of stderr that stalls loses the line and stops nothing. */
 void errorf(const char *fmt, ...)
 {
+	char line[SAY_LINE_MAX];
+	size_t room = sizeof(line) - 1; /* for the newline */
+	int head, len;
 	va_list ap;
 
-	fprintf(stderr, "%s: ", program_invocation_short_name);
+	head = snprintf(line, room, "%s: ", program_invocation_short_name);
+	if (head < 0 || (size_t)head >= room)
+		return;
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	len = vsnprintf(line + head, room - (size_t)head, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (len < 0)
+		return;
+	len = head + len < (int)room ? head + len : (int)room - 1;
+	line[len++] = '\n';
+	line_put(STDERR_FILENO, line, (size_t)len);
 }

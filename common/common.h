@@ -157,6 +157,7 @@ const char *async_event_name(enum ibv_event_type type);
  * behind, a plain printf() would block the loop that serves every client.
  * say() writes a line only if stdout can take it now, and counts the
  * lines it drops; a reader gone (EPIPE) is noted, for the server to stop.
+ * errorf() and fail() write to stderr the same way.
  */
 struct outlet {
 	uint64_t dropped;

@@ -300,13 +300,49 @@ void reply_print(struct server *srv, const struct conn *conn,
 
 /* A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
  * MISMATCH (ordering or data broke), which stderr hears of too. */
-void doorbell_print(struct server *srv, const struct conn *conn, uint32_t seq,
+/* The MISMATCH lines of a connection not said: one line for all. */
+static void unsaid_print(struct conn *conn)
+{
+	if (conn->unsaid)
+		errorf("MISMATCH qp=0x%" PRIx32 ": %" PRIu32
+		       " more, not printed",
+		       conn->qp_num, conn->unsaid);
+	conn->unsaid = 0;
+}
+
+/*
+ * Whether a MISMATCH line of this connection may be said: at most
+ * MISMATCH_LINES_PER_S a second.  A peer that rings doorbells over slots it
+ * never wrote would otherwise have the server write a line per doorbell, as
+ * fast as its NIC takes them: a full disk, or a terminal that shows nothing
+ * else.  The rest are counted, and said in one line when the next second's
+ * first one comes, or the connection goes (destroy_print()).
+ */
+#define MISMATCH_LINES_PER_S 10
+static bool mismatch_room(struct conn *conn)
+{
+	double now = now_seconds();
+
+	if (now - conn->said_at >= 1) {
+		unsaid_print(conn);
+		conn->said_at = now;
+		conn->said = 0;
+	}
+	if (conn->said < MISMATCH_LINES_PER_S) {
+		conn->said++;
+		return true;
+	}
+	conn->unsaid++;
+	return false;
+}
+
+void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict)
 {
 	say(&srv->out,
 	    "doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32 " %s\n",
 	    conn->qp_num, seq, value, slot_verdict_name(verdict));
-	if (verdict == SLOT_MISMATCH)
+	if (verdict == SLOT_MISMATCH && mismatch_room(conn))
 		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
 		       " found %" PRIu32 " in its slot%s",
 		       conn->qp_num, seq, value,
@@ -417,6 +453,7 @@ void destroy_print(struct server *srv, struct conn *conn, double now)
 {
 	if (conn->sending)
 		sends_abandon(srv, conn);
+	unsaid_print(conn);
 	say(&srv->out,
 	    "destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s freed=%zu\n",
 	    conn->qp_num, (now - conn->closed_at) * 1000,

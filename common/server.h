@@ -61,6 +61,8 @@ struct conn {
 	bool closing, last_wqe, established, probing; /* conn_close() ... */
 	double accepted_at, probed_at, closed_at;     /* conns_watch() ... */
 	struct slice_key *key; /* --isolation mr or mw: slice_key_make() */
+	double said_at;	       /* mismatch_room(): this second's start, */
+	uint32_t said, unsaid; /* the lines said in it, and the rest */
 	struct conn *next;
 };
 
@@ -119,7 +121,7 @@ int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey);
 void reply_print(struct server *srv, const struct conn *conn,
 		 const struct ctrl_msg *reply, uint32_t asked);
 int reply_room(struct server *srv, struct conn *conn);
-void doorbell_print(struct server *srv, const struct conn *conn, uint32_t seq,
+void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict);
 int slice_key_drop(struct conn *conn);
 void destroy_print(struct server *srv, struct conn *conn, double now);

@@ -240,6 +240,61 @@ test_output_gone() {
 	fi
 }
 
+# A peer that rings doorbells whose slots never match (it writes nothing):
+# 4000 of them. Its MISMATCH lines on stderr are limited per second, the
+# rest counted ("N more, not printed"), every one accounted for.
+test_mismatch_flood() {
+	local s=$1 t=$1/mismatch_flood n=4000 said counted start elapsed
+	start_server "$s" || { fail "$t" "server did not start"; return; }
+	start=$SECONDS
+	# shellcheck disable=SC2046 # one step per word
+	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq "$n")) || true
+	elapsed=$((SECONDS - start + 1))
+	stop_server || true
+	said=$(grep -c '^rdma_[a-z_]*: MISMATCH qp=0x[0-9a-f]*: doorbell 2 found 0 in its slot$' "$work/server.err" || true)
+	counted=$(sed -n 's/^rdma_[a-z_]*: MISMATCH qp=0x[0-9a-f]*: \([0-9]*\) more, not printed$/\1/p' "$work/server.err" | awk '{ n += $1 } END { print n + 0 }')
+	if [ "$(grep -c '^ring seq=2 status=IBV_WC_SUCCESS$' "$work/flood.out")" != "$n" ]; then
+		fail "$t" "the peer did not ring $n times: $(tail -n 2 "$work/flood.out" "$work/flood.err")"
+	elif [ "$said" -gt $((10 * elapsed)) ]; then
+		fail "$t/lines_limited" "$said MISMATCH lines in ${elapsed} s, want at most 10 a second"
+	elif [ $((said + counted)) != "$n" ]; then
+		fail "$t/lines_limited" "$said said and $counted counted, want $n in all"
+	else
+		pass "$t/lines_limited"
+	fi
+}
+
+# Nobody reads the server's stdout or its stderr, and a peer floods it
+# with MISMATCH doorbells: the server must still serve the next client,
+# and stop on SIGINT.
+test_stderr_stalled() {
+	local s=$1 t=$1/stderr_stalled status=0 pid
+	if ! server_into_fifo "$s" 'head -n 1; exec sleep 600' --stderr-too; then
+		fail "$t" "server did not start"
+		return
+	fi
+	# shellcheck disable=SC2046 # one step per word
+	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
+	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \
+		>"$work/next.out" 2>"$work/next.err" || status=$?
+	if [ "$status" = 0 ]; then
+		pass "$t/next_client_served"
+	else
+		fail "$t/next_client_served" "client exited $status: $(head -c 300 "$work/next.err")"
+	fi
+	status=0
+	pid=$server_pid
+	stop_server || status=$?
+	if [ "$status" = 0 ]; then
+		pass "$t/sigint_stops_it"
+	else
+		fail "$t/sigint_stops_it" "exit status $status (124: still running 20 s after SIGINT)"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	kill "$reader_pid" 2>/dev/null || true
+	{ wait "$reader_pid" || true; } 2>/dev/null
+}
+
 # test_hostile SERVER: each test with a server of its own.
 test_hostile() {
 	test_handshake_deadline "$1"
@@ -249,4 +304,6 @@ test_hostile() {
 	test_device_limits "$1"
 	test_output_stalled "$1"
 	test_output_gone "$1"
+	test_mismatch_flood "$1"
+	test_stderr_stalled "$1"
 }
