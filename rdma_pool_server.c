@@ -455,6 +455,8 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	struct conn *conn = conn_find(srv, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
+	if (conn && !wc->status && !conn->established)
+		handshake_finish(conn); /* it sends: its RTU may be lost */
 	if (!conn || wc->status || key_revoked(wc))
 		on_trouble(srv, conn, wc); /* failed, or a key revoked */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */

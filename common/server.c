@@ -396,8 +396,30 @@ void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc)
 	conn_close(srv, conn);
 }
 
+/*
+ * A completion came on a connection whose RTU the CM has not reported: the
+ * client is established on its side since our REP came, and sends.  Were
+ * its RTU lost, our CM would wait for it, resending the REP now and then
+ * (the client answers a REP again with its RTU, seconds later), and the
+ * handshake deadline could close a client that works.  The completion
+ * proves what the RTU would: rdma_notify(IBV_EVENT_COMM_EST) tells the CM
+ * so (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes ESTABLISHED,
+ * the REP is no longer resent, and librdmacm reports
+ * RDMA_CM_EVENT_ESTABLISHED as for an RTU; an RTU that comes later is a
+ * duplicate).  A device raises IBV_EVENT_COMM_EST for the first receive of
+ * such a QP, answered here too; rxe raises none.  EISCONN: the RTU came
+ * first, and its event is on its way; EINVAL: the connection is ending.
+ */
+void handshake_finish(struct conn *conn)
+{
+	if (rdma_notify(conn->id, IBV_EVENT_COMM_EST) && errno != EISCONN &&
+	    errno != EINVAL)
+		report("rdma_notify(COMM_EST)", errno);
+}
+
 /* Any other asynchronous event: named.  A QP that broke is closed; a CQ,
- * an SRQ or a device that broke stops the server (-EIO). */
+ * an SRQ or a device that broke stops the server (-EIO); a connection
+ * that receives before its RTU came is established (handshake_finish()). */
 int async_other(struct server *srv, const struct ibv_async_event *event)
 {
 	const char *name = async_event_name(event->event_type);
@@ -412,6 +434,13 @@ int async_other(struct server *srv, const struct ibv_async_event *event)
 		conn = conn_find(srv, event->element.qp->qp_num);
 		if (conn)
 			conn_close(srv, conn);
+		return 1;
+	case IBV_EVENT_COMM_EST:
+		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
+		    event->element.qp->qp_num);
+		conn = conn_find(srv, event->element.qp->qp_num);
+		if (conn && !conn->established)
+			handshake_finish(conn);
 		return 1;
 	case IBV_EVENT_CQ_ERR:
 	case IBV_EVENT_SRQ_ERR:

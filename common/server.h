@@ -114,6 +114,7 @@ int pool_keyless(struct server *srv);
 int srq_limit_arm(struct server *srv);
 void rnr_timer_shorten(struct ibv_qp *qp);
 void conn_drop(struct server *srv, struct conn *conn, const char *reason);
+void handshake_finish(struct conn *conn);
 int async_other(struct server *srv, const struct ibv_async_event *event);
 bool key_revoked(const struct ibv_wc *wc);
 void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);

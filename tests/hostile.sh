@@ -56,6 +56,39 @@ test_handshake_deadline() {
 	stop_server || fail "$t/server_survives" "exit status $?"
 }
 
+# A client whose RTU is lost already works on its side: it asks for a
+# slice and rings. Its first message must establish the connection (the
+# server tells its CM, rdma_notify), not leave it to the handshake
+# deadline. ctrl_peer --no-rtu never sends the RTU at all.
+test_lost_rtu() {
+	local s=$1 t=$1/lost_rtu grant qp
+	start_server "$s" --handshake-timeout-ms 1500 ||
+		{ fail "$t" "server did not start"; return; }
+	hostile_peer nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
+	if ! grant=$(grant_of nortu); then
+		fail "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")"
+		hostile_end
+		stop_server || true
+		return
+	fi
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	if await_line "$work/server.out" "^connect $qp\$" 5; then
+		pass "$t/established"
+	else
+		fail "$t/established" "no 'connect $qp' line within 5 s"
+	fi
+	wait "$hostile_pid" || true
+	if grep -q "^close $qp " "$work/server.out"; then
+		fail "$t/not_closed" "$(grep "^close $qp " "$work/server.out")"
+	elif [ "$(grep -c "^doorbell $qp seq=1 value=1 ok\$" "$work/server.out")" != 2 ]; then
+		fail "$t/not_closed" "its two doorbells, 4 s apart, were not both ok: $(tail -n 3 "$work/nortu.out")"
+	else
+		pass "$t/not_closed"
+	fi
+	expect_stats "$t/nothing_lost"
+	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
 # A peer that vanishes without a disconnect (its QP stops answering, as a
 # machine that died would) must be found by the keepalive probe and closed;
 # a peer that is merely quiet must not be.
@@ -298,6 +331,7 @@ test_stderr_stalled() {
 # test_hostile SERVER: each test with a server of its own.
 test_hostile() {
 	test_handshake_deadline "$1"
+	test_lost_rtu "$1"
 	test_keepalive "$1"
 	test_broken_qp "$1"
 	test_invalidate "$1"
