@@ -611,6 +611,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		.type = CTRL_RESP_ALLOC,
 	};
 
+	conn->requested = true; /* in time: conns_watch() */
 	if (!err) {
 		/* the last holder's data is none of the next one's business */
 		memset(slice, 0, conn->slice.len);

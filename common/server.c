@@ -30,7 +30,11 @@
 #define MAX_MAX_CONNS 1024
 /* The deadlines of conns_watch(), in ms. */
 #define DEFAULT_HANDSHAKE_MS 5000
+#define DEFAULT_REQUEST_MS 10000
 #define DEFAULT_KEEPALIVE_MS 10000
+/* Connections from one address in their handshake at once, see
+ * conn_refusal(). */
+#define DEFAULT_HANDSHAKES_PER_SOURCE 16
 #define MAX_DEADLINE_MS 600000
 /* Hybrid polling (--busy-poll-us), see spin_on(). */
 #define DEFAULT_BUSY_POLL_US 200
@@ -55,13 +59,22 @@ static void usage(FILE *out, bool busy_poll)
 		"      --handshake-timeout-ms MS\n"
 		"                         close a connection not established\n"
 		"                         that long after its accept (default %d)\n"
+		"      --handshakes-per-source N\n"
+		"                         connections from one address in their\n"
+		"                         handshake at once; more are refused\n"
+		"                         (default %d)\n"
+		"      --request-timeout-ms MS\n"
+		"                         close a connection that has sent no\n"
+		"                         message that long after its accept\n"
+		"                         (default %d)\n"
 		"      --keepalive-ms MS  probe each established connection that\n"
 		"                         often, and close it if a probe is not\n"
 		"                         answered as long again; 0: never\n"
 		"                         (default %d)\n",
 		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
-		DEFAULT_HANDSHAKE_MS, DEFAULT_KEEPALIVE_MS);
+		DEFAULT_HANDSHAKE_MS, DEFAULT_HANDSHAKES_PER_SOURCE,
+		DEFAULT_REQUEST_MS, DEFAULT_KEEPALIVE_MS);
 	if (busy_poll)
 		fprintf(out,
 			"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
@@ -100,6 +113,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ "max-conns", required_argument, NULL, 'C' },
 		{ "isolation", required_argument, NULL, 'I' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'T' },
+		{ "handshakes-per-source", required_argument, NULL, 'H' },
+		{ "request-timeout-ms", required_argument, NULL, 'R' },
 		{ "keepalive-ms", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "busy-poll-us", required_argument, NULL, 'B' },
@@ -108,6 +123,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 	uint64_t port = DEFAULT_PORT, size = DEFAULT_POOL_SIZE;
 	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
 	uint64_t handshake_ms = DEFAULT_HANDSHAKE_MS;
+	uint64_t per_source = DEFAULT_HANDSHAKES_PER_SOURCE;
+	uint64_t request_ms = DEFAULT_REQUEST_MS;
 	uint64_t keepalive_ms = DEFAULT_KEEPALIVE_MS;
 	uint64_t busy_poll_us = DEFAULT_BUSY_POLL_US;
 	int c, err = 0;
@@ -146,6 +163,14 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 			err = parse_number("handshake timeout", optarg, 1,
 					   MAX_DEADLINE_MS, &handshake_ms);
 			break;
+		case 'H':
+			err = parse_number("handshakes per source", optarg, 1,
+					   MAX_MAX_CONNS, &per_source);
+			break;
+		case 'R':
+			err = parse_number("request timeout", optarg, 1,
+					   MAX_DEADLINE_MS, &request_ms);
+			break;
 		case 'K':
 			err = parse_number("keepalive time", optarg, 0,
 					   MAX_DEADLINE_MS, &keepalive_ms);
@@ -174,6 +199,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 	opt->srq_depth = (uint32_t)srq_depth;
 	opt->max_conns = (uint32_t)max_conns;
 	opt->handshake_ms = (uint32_t)handshake_ms;
+	opt->handshakes_per_source = (uint32_t)per_source;
+	opt->request_ms = (uint32_t)request_ms;
 	opt->keepalive_ms = (uint32_t)keepalive_ms;
 	opt->busy_poll_us = (uint32_t)busy_poll_us;
 	return 0;
@@ -657,12 +684,45 @@ static unsigned int conns_sending(const struct server *srv)
 	return n;
 }
 
+/* Whether two socket addresses are one host's, the port aside.  Only IPv4
+ * and IPv6 addresses are compared; any other (AF_IB) is no one's. */
+static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+/* Connections from id's peer address still in their handshake. */
+static uint32_t handshakes_from(const struct server *srv, struct rdma_cm_id *id)
+{
+	const struct sockaddr *from = rdma_get_peer_addr(id);
+	uint32_t n = 0;
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
+		n += !conn->closing && !conn->established &&
+		     same_host(rdma_get_peer_addr(conn->id), from);
+	return n;
+}
+
 /*
  * Why a connect request must be refused, in *refusal, or NULL: it came
  * through a device that cannot take the settings (device_refusal()), or
  * another device than the first (a listener on 0.0.0.0 may hear several),
- * or the server is full.  At the limit, drain the CQ first: a flushed send
- * may have freed a place.  Returns the drain's error, if it failed.
+ * or its address has --handshakes-per-source connections in their
+ * handshake already, or the server is full.  The handshake deadline frees
+ * a place a half-open peer took, but such a peer can take it again at
+ * once: the limit per address keeps one host from holding every place
+ * that way (a peer with many addresses still can).  At the limit, drain
+ * the CQ first: a flushed send may have freed a place.  Returns the
+ * drain's error, if it failed.
  */
 int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		 const char **refusal)
@@ -674,6 +734,8 @@ int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		*refusal = device_refusal(srv, id->verbs, false);
 	else if (id->verbs != srv->verbs)
 		*refusal = "other-device";
+	else if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
+		*refusal = "source-busy";
 	else if (conns_sending(srv) >= srv->opt.max_conns)
 		n = cq_drain(srv);
 	if (!*refusal && srv->verbs &&
@@ -749,10 +811,12 @@ static void probe_send(struct server *srv, struct conn *conn, double now)
 /*
  * Every connection's deadlines, each time round the loop.  One not
  * ESTABLISHED --handshake-timeout-ms after its accept (its peer never sent
- * the RTU; the CM would resend its REP for a minute or more) is closed.
- * An established one gets a probe every --keepalive-ms: a client that only
- * writes is quiet to the server program, which is no reason to close it,
- * but RC has no keepalive of its own, and a peer that vanished without a
+ * the RTU; the CM would resend its REP for a minute or more) is closed, and
+ * so is one that sent no request --request-timeout-ms after it (a client
+ * asks for its slice at once; a peer that never asks would hold its place
+ * for ever).  Then a connection gets a probe every --keepalive-ms: a client
+ * that only writes is quiet to the server program, which is no reason to close
+ * it, but RC has no keepalive of its own, and a peer that vanished without a
  * disconnect (its machine died, its cable was pulled) would hold its place
  * for ever.  The probe is answered once nothing is outstanding on the send
  * queue (sends complete in order); one still outstanding --keepalive-ms
@@ -770,12 +834,17 @@ int conns_watch(struct server *srv)
 	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
 		if (conn->probing && !conn->sending)
 			conn->probing = false; /* answered */
-		if (conn->closing || (conn->established && !keepalive))
+		if (conn->closing ||
+		    (conn->established && conn->requested && !keepalive))
 			continue;
 		if (!conn->established) {
 			due = conn->accepted_at + srv->opt.handshake_ms / 1e3;
 			if (now >= due)
 				conn_drop(srv, conn, "handshake_timeout");
+		} else if (!conn->requested) {
+			due = conn->accepted_at + srv->opt.request_ms / 1e3;
+			if (now >= due)
+				conn_drop(srv, conn, "request_timeout");
 		} else {
 			due = (conn->probed_at ? conn->probed_at
 					       : conn->accepted_at) +

@@ -47,7 +47,8 @@ enum isolation {
 struct options {
 	uint16_t port;
 	uint32_t pool_size, srq_depth, max_conns;
-	uint32_t handshake_ms, keepalive_ms; /* conns_watch() */
+	uint32_t handshake_ms, request_ms, keepalive_ms; /* conns_watch() */
+	uint32_t handshakes_per_source;			 /* conn_refusal() */
 	enum isolation isolation; /* whose key opens what: slice_key_make() */
 	bool help;
 	uint32_t busy_poll_us; /* the event-driven server's spin_on() */
@@ -58,8 +59,8 @@ struct conn {
 	uint32_t qp_num;
 	struct slice slice;   /* this client's part of the pool */
 	unsigned int sending; /* sends posted, not yet completed */
-	bool closing, last_wqe, established, probing; /* conn_close() ... */
-	double accepted_at, probed_at, closed_at;     /* conns_watch() ... */
+	bool closing, last_wqe, established, requested, probing;
+	double accepted_at, probed_at, closed_at; /* conns_watch() ... */
 	struct slice_key *key; /* --isolation mr or mw: slice_key_make() */
 	double said_at;	       /* mismatch_room(): this second's start, */
 	uint32_t said, unsaid; /* the lines said in it, and the rest */

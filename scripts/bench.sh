@@ -594,8 +594,10 @@ measure_scale() {
 	for entry in "${scale_servers[@]}"; do
 		say "scaling of $entry"
 		read -r -a server <<<"$entry"
+		# All the clients come from one address, at once.
 		server_start "${server[@]}" \
-			--pool-size "$((scale_slice * scale_clients[-1]))"
+			--pool-size "$((scale_slice * scale_clients[-1]))" \
+			--handshakes-per-source "${scale_clients[-1]}"
 		# The first client makes the server open the device (pool MR,
 		# SRQ, CQ: verbs_open), once; that is not what the rows measure.
 		client_checked warm-up --size "$scale_slice" -n "$scale_k" -k "$scale_k"

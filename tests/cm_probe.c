@@ -158,7 +158,7 @@ static int active_connect(struct probe *pr, struct sockaddr *addr)
 
 	if (rdma_create_id(pr->events, &s->id, NULL, RDMA_PS_TCP))
 		return fail("rdma_create_id(active)", errno);
-	err = peer_resolve(pr->events, s->id, addr);
+	err = peer_resolve(pr->events, s->id, NULL, addr);
 	if (err)
 		return err;
 	if (pr->ack_timeout >= 0 &&

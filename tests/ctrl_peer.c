@@ -3,7 +3,8 @@
  * tests: it sends control messages of any length and content, and writes or
  * reads wherever it is told, inside its slice or not.
  *
- *   usage: ctrl_peer [--rnr-retry N] [--no-rtu] <server_ip> <port> STEP...
+ *   usage: ctrl_peer [--rnr-retry N] [--no-rtu] [--source ADDR] <server_ip>
+ *                    <port> STEP...
  *
  *   --rnr-retry N     the rnr_retry_count of our connect request (default
  *                     6); the server's NIC applies it to its own QP, when
@@ -13,6 +14,8 @@
  *                     comes, but the last message (RTU) is never sent, so
  *                     the server's side of the connection never becomes
  *                     ESTABLISHED, though its QP already works
+ *   --source ADDR     connect from this local address, not the one the
+ *                     route to the server picks
  *
  *   req:SIZE          a well-formed REQ_ALLOC for SIZE bytes
  *   send:LEN:MAGIC:VERSION:TYPE:SIZE
@@ -76,7 +79,8 @@ struct peer {
 	uint32_t rkey;
 	uint8_t rnr_retry;
 	bool no_rtu;
-	struct ibv_qp *qp; /* ours, or the cm_id's */
+	const char *source; /* --source, or NULL */
+	struct ibv_qp *qp;  /* ours, or the cm_id's */
 };
 
 /*
@@ -107,7 +111,7 @@ static int qp_ready_by_hand(struct peer *p)
 
 static int peer_connect(struct peer *p, const char *server, const char *port)
 {
-	struct addrinfo hints = { .ai_family = AF_INET }, *ai;
+	struct addrinfo hints = { .ai_family = AF_INET }, *ai, *src = NULL;
 	struct ibv_qp_init_attr attr = {
 		.qp_type = IBV_QPT_RC,
 		.cap.max_send_wr = 4,
@@ -122,16 +126,25 @@ static int peer_connect(struct peer *p, const char *server, const char *port)
 	};
 	int err;
 
+	if (p->source && getaddrinfo(p->source, NULL, &hints, &src)) {
+		errorf("cannot resolve %s", p->source);
+		return -EINVAL;
+	}
 	if (getaddrinfo(server, port, &hints, &ai)) {
 		errorf("cannot resolve %s", server);
+		if (src)
+			freeaddrinfo(src);
 		return -EINVAL;
 	}
 	p->events = rdma_create_event_channel();
 	if (!p->events || rdma_create_id(p->events, &p->id, NULL, RDMA_PS_TCP))
 		err = fail("rdma_create_id", errno);
 	else
-		err = peer_resolve(p->events, p->id, ai->ai_addr);
+		err = peer_resolve(p->events, p->id, src ? src->ai_addr : NULL,
+				   ai->ai_addr);
 	freeaddrinfo(ai);
+	if (src)
+		freeaddrinfo(src);
 	if (err)
 		return err;
 
@@ -435,6 +448,10 @@ int main(int argc, char **argv)
 			p.rnr_retry = (uint8_t)atoi(argv[2]);
 			argv += 2;
 			argc -= 2;
+		} else if (argc > 2 && strcmp(argv[1], "--source") == 0) {
+			p.source = argv[2];
+			argv += 2;
+			argc -= 2;
 		} else if (argc > 1 && strcmp(argv[1], "--no-rtu") == 0) {
 			p.no_rtu = true;
 			argv++;
@@ -444,8 +461,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (argc < 3) {
-		errorf("usage: ctrl_peer [--rnr-retry N] [--no-rtu] <server_ip> "
-		       "<port> STEP...");
+		errorf("usage: ctrl_peer [--rnr-retry N] [--no-rtu] "
+		       "[--source ADDR] <server_ip> <port> STEP...");
 		return EXIT_FAILURE;
 	}
 	err = peer_connect(&p, argv[1], argv[2]);

@@ -24,6 +24,13 @@ hostile_end() {
 	{ wait "$hostile_pid" || true; } 2>/dev/null
 }
 
+# server_end T: every place and chunk back once the peers are gone, and
+# the server exits 0 on SIGINT.
+server_end() {
+	expect_stats "$1/nothing_lost"
+	stop_server || fail "$1/server_survives" "exit status $?"
+}
+
 # grant_of NAME: the server's grant line for peer NAME's slice (by its key).
 grant_of() {
 	local rkey
@@ -52,8 +59,7 @@ test_handshake_deadline() {
 	run_client after "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	check_bystander "$t/next_client_served" after 100 10 4096 "$status"
 	hostile_end
-	expect_stats "$t/nothing_lost"
-	stop_server || fail "$t/server_survives" "exit status $?"
+	server_end "$t"
 }
 
 # A client whose RTU is lost already works on its side: it asks for a
@@ -85,8 +91,76 @@ test_lost_rtu() {
 	else
 		pass "$t/not_closed"
 	fi
-	expect_stats "$t/nothing_lost"
-	stop_server || fail "$t/server_survives" "exit status $?"
+	server_end "$t"
+}
+
+# qps_of PID: how many RC QPs the kernel lists for process PID.
+qps_of() {
+	rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || true
+}
+
+# Half-open connections from one address, each closed at the deadline and
+# opened again at once, could hold every place. At most
+# --handshakes-per-source of them are let in per address: the next one
+# from that address is refused, a client from another address is served.
+test_source_limits() {
+	local s=$1 t=$1/source_limits pids=() i
+	if [ -z "${RDMA_ADDR2:-}" ]; then
+		echo "SKIP $t: no second address on $RDMA_DEV to connect from (RDMA_ADDR2: a device this run made has one)"
+		return
+	fi
+	# The half-open pair must outlast the checks: a long deadline.
+	start_server "$s" --handshakes-per-source 2 --handshake-timeout-ms 20000 ||
+		{ fail "$t" "server did not start"; return; }
+	for i in 1 2; do
+		timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" sleep:8000 \
+			>"$work/half$i.out" 2>"$work/half$i.err" &
+		pids+=("$!")
+	done
+	for ((i = 0; i < 100 && $(qps_of "$server_pid") < 2; i++)); do sleep 0.1; done
+	timeout 60 "$peer" "$RDMA_ADDR" "$server_port" req:4096 \
+		>"$work/same.out" 2>"$work/same.err" || true
+	if [ -s "$work/same.out" ]; then
+		fail "$t/same_address_refused" "a third from $RDMA_ADDR got in: $(cat "$work/same.out")"
+	elif grep -qx 'reject reason=source-busy' "$work/server.out"; then
+		pass "$t/same_address_refused"
+	else
+		fail "$t/same_address_refused" "no 'reject reason=source-busy': $(head -c 300 "$work/same.err")"
+	fi
+	timeout 60 "$peer" --source "$RDMA_ADDR2" "$RDMA_ADDR" "$server_port" req:4096 \
+		>"$work/other.out" 2>"$work/other.err" || true
+	expect_lines "$t/other_address_served" "$work/other.out" <<<"reply status=0 size=4096 rkey=KEY"
+	kill "${pids[@]}" 2>/dev/null || true
+	{ wait "${pids[@]}" || true; } 2>/dev/null
+	server_end "$t"
+}
+
+# An established peer that never asks for a slice would hold its place for
+# ever: it is closed --request-timeout-ms after its accept. One that asked
+# at once stays, however long it takes to write.
+test_request_deadline() {
+	local s=$1 t=$1/request_deadline grant qp
+	start_server "$s" --request-timeout-ms 1500 ||
+		{ fail "$t" "server did not start"; return; }
+	hostile_peer asker "$server_port" req:4096 sleep:3000 write:0:1 ring:1
+	local asker=$hostile_pid
+	hostile_peer idle "$server_port" sleep:6000
+	if await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=request_timeout$' 10; then
+		pass "$t/closed_in_time"
+	else
+		fail "$t/closed_in_time" "no 'close ... reason=request_timeout' within 10 s"
+	fi
+	wait "$asker" || true
+	grant=$(grant_of asker) || true
+	qp=$(echo "$grant" | cut -d' ' -f2)
+	if [ -n "$qp" ] && ! grep -q "^close $qp " "$work/server.out" &&
+		await_line "$work/server.out" "^doorbell $qp seq=1 value=1 ok\$" 5; then
+		pass "$t/asker_stays"
+	else
+		fail "$t/asker_stays" "$(cat "$work/asker.out" "$work/asker.err"; grep "^close ${qp:-none} " "$work/server.out")"
+	fi
+	hostile_end
+	server_end "$t"
 }
 
 # A peer that vanishes without a disconnect (its QP stops answering, as a
@@ -184,8 +258,7 @@ test_invalidate() {
 	else
 		fail "$t/victim_streams_on" "$why"
 	fi
-	expect_stats "$t/nothing_lost"
-	stop_server || fail "$t/server_survives" "exit status $?"
+	server_end "$t"
 }
 
 # Settings the device cannot take are refused at start, by name.
@@ -332,6 +405,8 @@ test_stderr_stalled() {
 test_hostile() {
 	test_handshake_deadline "$1"
 	test_lost_rtu "$1"
+	test_source_limits "$1"
+	test_request_deadline "$1"
 	test_keepalive "$1"
 	test_broken_qp "$1"
 	test_invalidate "$1"

@@ -45,11 +45,11 @@ int peer_expect(struct rdma_event_channel *events,
 }
 
 int peer_resolve(struct rdma_event_channel *events, struct rdma_cm_id *id,
-		 struct sockaddr *addr)
+		 struct sockaddr *src, struct sockaddr *addr)
 {
 	int err;
 
-	if (rdma_resolve_addr(id, NULL, addr, PEER_TIMEOUT_MS))
+	if (rdma_resolve_addr(id, src, addr, PEER_TIMEOUT_MS))
 		return fail("rdma_resolve_addr", errno);
 	err = peer_expect(events, RDMA_CM_EVENT_ADDR_RESOLVED);
 	if (err)

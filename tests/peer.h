@@ -22,11 +22,12 @@ int peer_event(struct rdma_event_channel *events,
 int peer_expect(struct rdma_event_channel *events,
 		enum rdma_cm_event_type expected);
 
-/* An active cm_id from nothing to a route to ADDR: resolving the address
- * binds it to the RDMA device that reaches ADDR, resolving the route finds
- * the path; the QP comes after, on that device. */
+/* An active cm_id from nothing to a route to ADDR, from SRC (NULL: the
+ * address the route picks): resolving the address binds it to the RDMA
+ * device that reaches ADDR, resolving the route finds the path; the QP
+ * comes after, on that device. */
 int peer_resolve(struct rdma_event_channel *events, struct rdma_cm_id *id,
-		 struct sockaddr *addr);
+		 struct sockaddr *src, struct sockaddr *addr);
 
 /* 1 and the first completion of CQ within MS milliseconds (busy-polled),
  * 0 if none came, < 0 if polling failed. */

@@ -484,7 +484,10 @@ test_load() {
 	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line port
 	local -A before=() after=()
 	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
-	start_server "$s" --srq-depth 4 || { fail "$t" "server did not start"; return; }
+	# 32 clients from one address, at once: more in their handshake than
+	# one address may have by default.
+	start_server "$s" --srq-depth 4 --handshakes-per-source 32 ||
+		{ fail "$t" "server did not start"; return; }
 	port=$server_port
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
