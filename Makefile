@@ -28,7 +28,7 @@ LIBS = $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
 
 PROGRAMS = rdma_pool_client rdma_pool_server rdma_srq_pool_server_ev
 UNITS = tests/unit_common tests/unit_client
-PEERS = tests/ctrl_peer tests/cm_probe
+PEERS = tests/ctrl_peer tests/cm_probe tests/bad_server
 TOOLS = $(UNITS) $(PEERS)
 FUZZER = build/fuzz_ctrl_msg
 FUZZ_SECONDS = 20
@@ -54,8 +54,9 @@ $(PROGRAMS) $(UNITS): %: %.c common/common.c common/common.h $(FLAGS) \
 SERVERS = rdma_pool_server rdma_srq_pool_server_ev
 $(SERVERS): common/server.c common/server.h
 
-# The test peers: a client that misbehaves on purpose, and a probe of what
-# rdma_cm puts on each QP; they share their CM and CQ waits (tests/peer.c).
+# The test peers: a client and a server that misbehave on purpose, and a
+# probe of what rdma_cm puts on each QP; they share their CM and CQ waits
+# (tests/peer.c).
 $(PEERS): %: %.c tests/peer.c tests/peer.h common/common.c \
 		common/common.h $(FLAGS) | check-build
 	$(CC) $(ALL_CFLAGS) -o $@ $< tests/peer.c common/common.c $(LIBS)

@@ -291,7 +291,8 @@ static int slice_request(struct client *cl)
 		ret = cq_wait(cl, &wc);
 		if (ret)
 			return ret;
-		if (wc.wr_id == WRID_REPLY)
+		/* a reply is a SEND; anything else in its receive is none */
+		if (wc.wr_id == WRID_REPLY && wc.opcode == IBV_WC_RECV)
 			reply_len = wc.byte_len;
 	}
 	if (msg_decode(cl->ctrl[1], reply_len, &reply) ||
@@ -629,11 +630,31 @@ static int cm_timeout(struct client *cl, enum rdma_cm_event_type expected)
 	return -ETIMEDOUT;
 }
 
+/* Text from the network as it may reach a terminal: a byte outside
+ * printable ASCII, or a backslash, as \xNN (an escape sequence could
+ * retitle the user's terminal, move its cursor, rewrite what it shows). */
+static const char *shown(const char *text, size_t len, char *out, size_t size)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len && n + 5 <= size; i++) {
+		unsigned char c = (unsigned char)text[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			out[n++] = (char)c;
+		else
+			n += (size_t)snprintf(out + n, size - n, "\\x%02x", c);
+	}
+	out[n] = '\0';
+	return out;
+}
+
 /*
  * cm_wait() got another event than it expected: say what happened, then
  * acknowledge the event (a rejection's reason lives in its private data,
- * only valid until then).  A rejecting server says why in a string; a port
- * nobody listens on is rejected by the remote kernel with zeros.
+ * only valid until then).  A rejecting server says why in a string, shown
+ * escaped: anyone on the network may be that server.  A port nobody
+ * listens on is rejected by the remote kernel with zeros.
  */
 static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected)
@@ -641,11 +662,12 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 	const char *data = event->param.conn.private_data;
 	size_t len = data ? event->param.conn.private_data_len : 0;
 	bool rejected = event->event == RDMA_CM_EVENT_REJECTED;
+	char reason[4 * UINT8_MAX + 1]; /* private_data_len is a u8 */
 
 	len = len ? strnlen(data, len) : 0;
 	if (rejected && len)
-		errorf("%s:%u rejected the connection: %.*s", cl->opt.server,
-		       cl->opt.port, (int)len, data);
+		errorf("%s:%u rejected the connection: %s", cl->opt.server,
+		       cl->opt.port, shown(data, len, reason, sizeof(reason)));
 	else if (rejected)
 		errorf("%s:%u rejected the connection: is a server listening "
 		       "there?",

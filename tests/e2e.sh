@@ -88,6 +88,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_hostile "$server"
 done
 test_client_args
+test_client_rejection_escaped
 test_bench_args
 test_bench_smoke
 

@@ -43,6 +43,31 @@ test_client_args() {
 	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
 }
 
+# A server may reject a connection with any bytes as its reason: the
+# client shows them escaped, never raw (an escape sequence would reach the
+# user's terminal: retitle it, move its cursor, rewrite what it shows).
+test_client_rejection_escaped() {
+	local t=client_args/rejection_escaped pid port status=0
+	"$top/tests/bad_server" "$RDMA_ADDR" $'busy\e]0;owned\a' \
+		>"$work/bad.out" 2>"$work/bad.err" &
+	pid=$!
+	if ! port=$(listen_port "$work/bad.out" "$pid"); then
+		fail "$t" "bad_server did not listen: $(head -c 300 "$work/bad.err")"
+		return
+	fi
+	timeout 30 "$client" -p "$port" "$RDMA_ADDR" 100 >"$work/cmd.out" 2>"$work/cmd.err" || status=$?
+	{ wait "$pid" || true; } 2>/dev/null
+	if [ "$status" = 0 ]; then
+		fail "$t" "the client exited 0"
+	elif grep -q $'\e' "$work/cmd.err"; then
+		fail "$t" "the client printed the escape byte raw: $(cat -v "$work/cmd.err")"
+	elif grep -qxF "rdma_pool_client: $RDMA_ADDR:$port rejected the connection: busy\x1b]0;owned\x07" "$work/cmd.err"; then
+		pass "$t"
+	else
+		fail "$t" "$(cat -v "$work/cmd.err")"
+	fi
+}
+
 # make bench's arguments: each refused at once, naming what was wrong, and
 # before the run makes its folder.
 test_bench_args() {
