@@ -426,8 +426,10 @@ int async_handle(struct server *srv)
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
 
 /* The heart of the server: the CQ polled until it is empty, each completion
- * a client waiting.  How many, or the first error, once the rest of its
- * batch is handled. */
+ * a client waiting, or for one SRQ depth of completions at most: a flood
+ * of them (a NIC can post millions a second) must leave the loop time for
+ * the CM, deadlines and signals (srv->cq_more: the next tick goes on).
+ * How many, or the first error, once the rest of its batch is handled. */
 int cq_drain(struct server *srv)
 {
 	struct ibv_wc wc[CQ_BATCH];
@@ -442,7 +444,9 @@ int cq_drain(struct server *srv)
 		if (err)
 			return err;
 		total += n;
-	} while (n > 0);
+	} while (n > 0 && total < (int)srv->opt.srq_depth);
+	srv->cq_more = n > 0;
+	srv->polled += (uint64_t)total;
 	return total;
 }
 
@@ -571,7 +575,7 @@ int conns_reap(struct server *srv)
 	if (n < 0)
 		return n;
 	while ((conn = *link)) {
-		if (!conn_quiet(conn, now)) {
+		if (!conn_quiet(conn, now) || !cq_past(srv, conn)) {
 			link = &conn->next;
 			continue;
 		}

@@ -167,7 +167,7 @@ static int serve(struct server *srv)
 		err = fds[ASYNC].revents ? async_handle(srv) : 0;
 		if (err < 0)
 			return err;
-		if (fds[CQ].revents || srv->spinning)
+		if (fds[CQ].revents || srv->spinning || srv->cq_more)
 			err = cq_event(srv, fds[CQ].revents);
 		if (err < 0)
 			return err;
@@ -185,14 +185,15 @@ static int serve(struct server *srv)
 
 #define REAP_MS 100 /* how often to look at closing connections */
 
-/* How long poll() may sleep: not at all while spin_on() polls; till the
- * next deadline (conns_watch(), which acts on those due); REAP_MS while
- * QPs are closing; else until there is news. */
+/* How long poll() may sleep: not at all while spin_on() polls, or while
+ * the CQ holds more than one pass took (cq_drain()); till the next
+ * deadline (conns_watch(), which acts on those due); REAP_MS while QPs are
+ * closing; else until there is news. */
 static int poll_timeout(struct server *srv)
 {
 	int due = conns_watch(srv);
 
-	if (srv->spinning)
+	if (srv->spinning || srv->cq_more)
 		return 0;
 	if (srv->nclosing && due > REAP_MS)
 		return REAP_MS;
@@ -492,9 +493,11 @@ int async_handle(struct server *srv)
 	return ret;
 }
 
-/* The armed CQ got a completion (woken), or spin_on() polls on: get the
- * event (a read() of the channel), ack it (ibv_destroy_cq() waits for the
- * acks), drain the CQ, re-arm it, drain again: the re-arm missed those. */
+/* The armed CQ got a completion (woken), or spin_on() polls on, or the
+ * last pass left some: get the event (a read() of the channel), ack it
+ * (ibv_destroy_cq() waits for the acks), drain the CQ, re-arm it, drain
+ * again: the re-arm missed those.  Not re-armed while a pass leaves some:
+ * serve() comes back for them. */
 static int cq_event(struct server *srv, bool woken)
 {
 	struct ibv_cq *cq;
@@ -506,7 +509,7 @@ static int cq_event(struct server *srv, bool woken)
 	if (woken)
 		ibv_ack_cq_events(cq, 1);
 	n = cq_drain(srv);
-	if (n < 0 || spin_on(srv, n))
+	if (n < 0 || srv->cq_more || spin_on(srv, n))
 		return n < 0 ? n : 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
 	ret = ibv_req_notify_cq(srv->cq, 0);
@@ -538,9 +541,10 @@ static bool spin_on(struct server *srv, int completions)
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
 
 /* The heart of the server: the CQ polled until it is empty, each completion
- * a client waiting.  How many, or the first error, once the rest of its
- * batch is handled.  Until it is empty: an armed CQ raises one event
- * however many completions follow. */
+ * a client waiting, or for one SRQ depth of completions at most
+ * (srv->cq_more: then serve() comes back at once, for an armed CQ raises
+ * no event for completions already there).  How many, or the first error,
+ * once the rest of its batch is handled. */
 int cq_drain(struct server *srv)
 {
 	struct ibv_wc wc[CQ_BATCH];
@@ -555,7 +559,9 @@ int cq_drain(struct server *srv)
 		if (err)
 			return err;
 		total += n;
-	} while (n > 0);
+	} while (n > 0 && total < (int)srv->opt.srq_depth);
+	srv->cq_more = n > 0;
+	srv->polled += (uint64_t)total;
 	return total;
 }
 
@@ -706,7 +712,7 @@ int conns_reap(struct server *srv)
 	if (n < 0)
 		return n;
 	while ((conn = *link)) {
-		if (!conn_quiet(conn, now)) {
+		if (!conn_quiet(conn, now) || !cq_past(srv, conn)) {
 			link = &conn->next;
 			continue;
 		}

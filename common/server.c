@@ -483,6 +483,22 @@ int async_other(struct server *srv, const struct ibv_async_event *event)
 }
 
 /*
+ * Whether every completion of quiet conn's QP has been taken from the CQ,
+ * before its destroy: the last pass emptied the CQ or, under a flood that
+ * keeps it from emptying (cq_drain() stops at its bound), as many
+ * completions as the CQ holds have been taken since conn was found quiet.
+ * A CQ is first in, first out: what it held then has come out by now.
+ */
+bool cq_past(struct server *srv, struct conn *conn)
+{
+	if (!srv->cq_more)
+		return true;
+	if (!conn->quiet_mark)
+		conn->quiet_mark = srv->polled + (uint64_t)srv->cq->cqe;
+	return srv->polled >= conn->quiet_mark;
+}
+
+/*
  * conn_quiet() gave up waiting for a send: a device that flushes nothing
  * (never seen).  Destroying the QP takes its sends with it: they are
  * counted, and nothing of theirs is waited for any more.  Their

@@ -62,6 +62,7 @@ struct conn {
 	bool closing, last_wqe, established, requested, probing;
 	double accepted_at, probed_at, closed_at; /* conns_watch() ... */
 	struct slice_key *key; /* --isolation mr or mw: slice_key_make() */
+	uint64_t quiet_mark;   /* cq_past() */
 	double said_at;	       /* mismatch_room(): this second's start, */
 	uint32_t said, unsaid; /* the lines said in it, and the rest */
 	struct conn *next;
@@ -77,6 +78,8 @@ struct server {
 	struct ibv_mr *pool_mr, *recv_mr;
 	struct ibv_srq *srq;
 	struct ibv_cq *cq;
+	bool cq_more;	 /* cq_drain() stopped at its bound, not at empty */
+	uint64_t polled; /* completions cq_drain() has taken: cq_past() */
 	struct pool pool;
 	struct conn *conns;
 	unsigned int nconns, nclosing; /* in conns; of them closing */
@@ -116,6 +119,7 @@ int srq_limit_arm(struct server *srv);
 void rnr_timer_shorten(struct ibv_qp *qp);
 void conn_drop(struct server *srv, struct conn *conn, const char *reason);
 void handshake_finish(struct conn *conn);
+bool cq_past(struct server *srv, struct conn *conn);
 int async_other(struct server *srv, const struct ibv_async_event *event);
 bool key_revoked(const struct ibv_wc *wc);
 void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);
