@@ -229,7 +229,7 @@ test_broken_qp() {
 # A slice of 1 MiB, 262144 slots: the server would have to fall 262
 # doorbells behind to find one lapped.
 test_invalidate() {
-	local s=$1 t=$1/invalidate n=2000000 rkey victim seen status=0 why
+	local s=$1 t=$1/invalidate n=1000000 rkey victim seen status=0 why
 	start_server "$s" --isolation mr || { fail "$t" "server did not start"; return; }
 	run_client victim "$server_port" "$RDMA_ADDR" 1048576 -n "$n" -k 1000 &
 	victim=$!
