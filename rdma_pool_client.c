@@ -663,15 +663,22 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 	size_t len = data ? event->param.conn.private_data_len : 0;
 	bool rejected = event->event == RDMA_CM_EVENT_REJECTED;
 	char reason[4 * UINT8_MAX + 1]; /* private_data_len is a u8 */
+	char where[320];
 
+	if (strchr(cl->opt.server, ':')) /* IPv6: [ADDR]:PORT, as in URLs */
+		snprintf(where, sizeof(where), "[%s]:%u", cl->opt.server,
+			 cl->opt.port);
+	else
+		snprintf(where, sizeof(where), "%s:%u", cl->opt.server,
+			 cl->opt.port);
 	len = len ? strnlen(data, len) : 0;
 	if (rejected && len)
-		errorf("%s:%u rejected the connection: %s", cl->opt.server,
-		       cl->opt.port, shown(data, len, reason, sizeof(reason)));
+		errorf("%s rejected the connection: %s", where,
+		       shown(data, len, reason, sizeof(reason)));
 	else if (rejected)
-		errorf("%s:%u rejected the connection: is a server listening "
+		errorf("%s rejected the connection: is a server listening "
 		       "there?",
-		       cl->opt.server, cl->opt.port);
+		       where);
 	else
 		errorf("waiting for %s, got %s (status %d)",
 		       rdma_event_str(expected), rdma_event_str(event->event),

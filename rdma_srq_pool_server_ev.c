@@ -115,11 +115,7 @@ out:
  * connection on a channel: a descriptor poll() waits on, non-blocking. */
 static int listen_open(struct server *srv)
 {
-	struct sockaddr_in addr = {
-		.sin_family = AF_INET,
-		.sin_port = htons(srv->opt.port),
-		.sin_addr.s_addr = htonl(INADDR_ANY),
-	};
+	int err;
 
 	srv->events = rdma_create_event_channel();
 	if (!srv->events)
@@ -128,15 +124,16 @@ static int listen_open(struct server *srv)
 		return fail("fcntl(O_NONBLOCK)", errno);
 	if (rdma_create_id(srv->events, &srv->listener, NULL, RDMA_PS_TCP))
 		return fail("rdma_create_id", errno);
-	if (rdma_bind_addr(srv->listener, (struct sockaddr *)&addr))
-		return listen_fail(srv, errno);
+	err = listener_bind(srv); /* -a ADDR, or every address */
+	if (err)
+		return err;
 	/* Port 0 asks the CM for any free port, as bind(2) does for a
 	 * socket; the listen line tells clients which one it chose. */
 	srv->opt.port = ntohs(rdma_get_src_port(srv->listener));
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
-	say(&srv->out, "listen port=%u pool_size=%" PRIu32 "\n", srv->opt.port,
-	    srv->opt.pool_size);
+	say(&srv->out, "listen port=%u address=%s pool_size=%" PRIu32 "\n",
+	    srv->opt.port, srv->opt.address, srv->opt.pool_size);
 	return 0;
 }
 

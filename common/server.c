@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,8 @@ static void usage(FILE *out, bool busy_poll)
 		"usage: %s [options]\n"
 		"  -p, --port PORT        port to listen on, 0 for any free one\n"
 		"                         (default %d)\n"
+		"  -a, --address ADDR     address to listen on, IPv4 or IPv6\n"
+		"                         (default ::, every address of both)\n"
 		"      --pool-size BYTES  size of the pool, a multiple of %d\n"
 		"                         (default %u)\n"
 		"      --srq-depth N      receives kept posted (default %d)\n"
@@ -108,6 +111,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 {
 	struct option longopts[] = {
 		{ "port", required_argument, NULL, 'p' },
+		{ "address", required_argument, NULL, 'a' },
 		{ "pool-size", required_argument, NULL, 'P' },
 		{ "srq-depth", required_argument, NULL, 'S' },
 		{ "max-conns", required_argument, NULL, 'C' },
@@ -132,8 +136,12 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 	if (!busy_poll) /* the table ends before it, the last */
 		longopts[sizeof(longopts) / sizeof(longopts[0]) - 2] =
 			(struct option){ NULL, 0, NULL, 0 };
-	while ((c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
+	opt->address = "::";
+	while ((c = getopt_long(argc, argv, "p:a:h", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'a':
+			opt->address = optarg;
+			break;
 		case 'p':
 			err = parse_number("port", optarg, 0, UINT16_MAX,
 					   &port);
@@ -289,14 +297,67 @@ static void shutdown_print(struct server *srv)
 
 /* ---- troubles ----------------------------------------------------------- */
 
-/* 0.0.0.0 is always there: whatever else, the port is taken. */
-int listen_fail(struct server *srv, int err)
+/* 0.0.0.0 or ::, every address of its family. */
+static bool any_address(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(
+			&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return ((const struct sockaddr_in *)sa)->sin_addr.s_addr ==
+	       htonl(INADDR_ANY);
+}
+
+/* The bind failed.  The wildcard is always there: the port is taken.  A
+ * given address may be no address of this machine as well: rdma_cm says
+ * EADDRNOTAVAIL for either. */
+static int listen_fail(struct server *srv, bool wildcard, int err)
 {
 	if (err != EADDRINUSE && err != EADDRNOTAVAIL)
 		return fail("rdma_bind_addr", err);
-	errorf("port %u is already in use (rdma_bind_addr: %s)", srv->opt.port,
-	       strerror(err));
+	if (wildcard)
+		errorf("port %u is already in use (rdma_bind_addr: %s)",
+		       srv->opt.port, strerror(err));
+	else
+		errorf("cannot listen on %s port %u: the port is in use, or "
+		       "%s is no address of this machine (rdma_bind_addr: %s)",
+		       srv->opt.address, srv->opt.port, srv->opt.address,
+		       strerror(err));
 	return -err;
+}
+
+/*
+ * Bind the listener to -a ADDR (an address of either family, or a name:
+ * its first address) and --port.  The default, "::", is every address of
+ * both families: an IPv6 wildcard hears IPv4 connect requests too once
+ * RDMA_OPTION_ID_AFONLY is 0, set here rather than left to the sysctl
+ * net.ipv6.bindv6only, which rdma_bind_addr() follows otherwise (the
+ * kernel's cma.c: rdma_bind_addr(), cma_match_private_data()).
+ */
+int listener_bind(struct server *srv)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_socktype = SOCK_STREAM },
+			*ai;
+	char port[8];
+	int afonly = 0, ret;
+	bool wildcard;
+
+	snprintf(port, sizeof(port), "%u", srv->opt.port);
+	ret = getaddrinfo(srv->opt.address, port, &hints, &ai);
+	if (ret) {
+		errorf("cannot listen on '%s': %s", srv->opt.address,
+		       gai_strerror(ret));
+		return -EINVAL;
+	}
+	wildcard = any_address(ai->ai_addr);
+	if (wildcard && ai->ai_family == AF_INET6 &&
+	    rdma_set_option(srv->listener, RDMA_OPTION_ID,
+			    RDMA_OPTION_ID_AFONLY, &afonly, sizeof(afonly)))
+		ret = fail("rdma_set_option(AFONLY)", errno);
+	else if (rdma_bind_addr(srv->listener, ai->ai_addr))
+		ret = listen_fail(srv, wildcard, errno);
+	freeaddrinfo(ai);
+	return ret;
 }
 
 /* Refuse a connect request; the reason goes to the client as private

@@ -46,6 +46,7 @@ enum isolation {
 
 struct options {
 	uint16_t port;
+	const char *address; /* -a, or "::": listener_bind() */
 	uint32_t pool_size, srq_depth, max_conns;
 	uint32_t handshake_ms, request_ms, keepalive_ms; /* conns_watch() */
 	uint32_t handshakes_per_source;			 /* conn_refusal() */
@@ -108,7 +109,7 @@ struct server {
 int parse_options(int argc, char **argv, bool busy_poll, struct options *opt);
 int devices_fit(struct server *srv);
 int signals_open(struct server *srv);
-int listen_fail(struct server *srv, int err);
+int listener_bind(struct server *srv);
 int signal_take(struct server *srv);
 int cm_other(enum rdma_cm_event_type type);
 int conn_refusal(struct server *srv, struct rdma_cm_id *id,

@@ -15,7 +15,9 @@
 #   3. As root, on this machine's kernel: Soft-RoCE on an interface of its
 #      own, a dummy with two addresses from 198.18.0.0/15, the benchmarking
 #      range (a /32 on a dummy: packets to it never leave this machine); the
-#      second, RDMA_ADDR2, is for tests that need a second peer address.
+#      second, RDMA_ADDR2, is for tests that need a second peer address, and
+#      an IPv6 one, RDMA_ADDR6 (fd52:444d:4100::N, where N ends RDMA_ADDR),
+#      for tests of IPv6.
 #      Both are named rxe_demo<PID>, after this script's process: two runs
 #      at once each have their own, and one whose run has ended (killed
 #      with SIGKILL) is reported and removed, never taken for a device of
@@ -220,7 +222,7 @@ on_signal() {
 
 # try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how, or why_not.
 try_own() {
-	local addr addr2 err
+	local addr addr2 addr6 err
 	if [ "$(id -u)" != 0 ]; then
 		why_not="only root can make one (rdma link add)"
 		return 1
@@ -247,10 +249,15 @@ try_own() {
 	fi
 	err=$(ip link add "$OWN" type dummy 2>&1 && ip link set "$OWN" up 2>&1 &&
 		ip addr add "$addr/32" dev "$OWN" 2>&1) || true
-	# A second address on it, for tests that need two peers' addresses.
+	# A second address on it, for tests that need two peers' addresses,
+	# and an IPv6 one (a unique local address named after the first; none
+	# where IPv6 is off), for tests of IPv6.
 	if [ -z "$err" ] && addr2=$(own_address); then
 		err=$(ip addr add "$addr2/32" dev "$OWN" 2>&1) || true
 	fi
+	addr6=fd52:444d:4100::${addr##*.}
+	ip -6 addr add "$addr6/128" dev "$OWN" nodad 2>/dev/null || addr6=
+
 	exec {lock}>&-
 	if [ -n "$err" ]; then
 		why_not="$OWN, a dummy interface on $addr: $err"
@@ -264,7 +271,7 @@ try_own() {
 		why_not="$OWN is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"
 		return 1
 	fi
-	RDMA_ADDR=$addr RDMA_ADDR2=${addr2:-} RDMA_DEV=$OWN
+	RDMA_ADDR=$addr RDMA_ADDR2=${addr2:-} RDMA_ADDR6=$addr6 RDMA_DEV=$OWN
 	how="$OWN, made for this run on a dummy interface of its own"
 }
 
@@ -350,7 +357,7 @@ main() {
 	fi
 
 	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV)"
-	export RDMA_ADDR RDMA_ADDR2 RDMA_DEV
+	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV
 	# Not exec: the EXIT trap may have a device to remove afterwards. CMD
 	# in the background, so that a signal's trap runs at once (bash runs
 	# it only once the command in the foreground ends); its stdin is ours,

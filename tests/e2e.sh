@@ -81,6 +81,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_stuck_replies "$server"
 	test_closed_before_established "$server"
 	test_burst_at_the_limit "$server"
+	test_addresses "$server"
 	test_isolation "$server" none
 	test_isolation "$server" mr
 	test_isolation_unprivileged "$server"

@@ -604,6 +604,55 @@ test_stuck_replies() {
 	stop_server || true
 }
 
+# address_case T SERVER V4 V6 LISTEN [OPTIONS...]: a server with OPTIONS,
+# whose listen line says address=LISTEN; then a client through RDMA_ADDR
+# and one through RDMA_ADDR6, each served (V4, V6: yes) or refused by the
+# CM, which has no listener there (no).
+address_case() {
+	local t=$1 s=$2 v4=$3 v6=$4 listen=$5 fam addr want status why
+	shift 5
+	start_server "$s" "$@" ||
+		{ fail "$t" "server did not start: $(head -c 300 "$work/server.err")"; return; }
+	if grep -q "^listen port=$server_port address=$listen pool_size=" "$work/server.out"; then
+		pass "$t/listen_line_says_where"
+	else
+		fail "$t/listen_line_says_where" "$(head -n 1 "$work/server.out")"
+	fi
+	for fam in 4 6; do
+		addr=$RDMA_ADDR want=$v4 status=0 why=
+		[ "$fam" = 6 ] && addr=$RDMA_ADDR6 want=$v6
+		run_client "v$fam" "$server_port" "$addr" 4096 -n 100 -k 10 || status=$?
+		if [ "$want" = no ]; then
+			if [ "$status" != 0 ] && grep -q 'rejected the connection: is a server listening there' "$work/v$fam.err"; then
+				pass "$t/ipv${fam}_refused"
+			else
+				fail "$t/ipv${fam}_refused" "exit $status: $(head -c 300 "$work/v$fam.err")"
+			fi
+		elif [ "$status" = 0 ] && why=$(check_session "v$fam" 100 10 4096); then
+			pass "$t/ipv${fam}_served"
+		else
+			fail "$t/ipv${fam}_served" "exit $status: ${why:-$(head -c 300 "$work/v$fam.err")}"
+		fi
+	done
+	stop_server || fail "$t/sigint_exits_0" "exit status $?"
+}
+
+# Where the server listens (-a): by default every address of both
+# families, one listener for both; given an address, that one only; given
+# one that is not this machine's, it says so and exits.
+test_addresses() {
+	local s=$1 t=$1/address
+	if [ -z "${RDMA_ADDR6:-}" ]; then
+		echo "SKIP $t: no IPv6 address on $RDMA_DEV (RDMA_ADDR6: a device this run made has one, where IPv6 is on)"
+		return
+	fi
+	address_case "$t/default" "$s" yes yes ::
+	address_case "$t/ipv4_only" "$s" yes no "$RDMA_ADDR" -a "$RDMA_ADDR"
+	address_case "$t/ipv6_only" "$s" no yes "$RDMA_ADDR6" -a "$RDMA_ADDR6"
+	expect_error "$t/not_here" 10 "^$s: cannot listen on 203\.0\.113\.7 port 0: the port is in use, or 203\.0\.113\.7 is no address of this machine" \
+		"$top/$s" --port 0 -a 203.0.113.7
+}
+
 # Isolation. Without it every client holds the pool MR's rkey: a client can
 # write into its neighbour's slice, and past the end of its own, and the
 # test shows that it does. With --isolation mr each client's key is a
