@@ -493,8 +493,8 @@ int async_handle(struct server *srv)
 /* The armed CQ got a completion (woken), or spin_on() polls on, or the
  * last pass left some: get the event (a read() of the channel), ack it
  * (ibv_destroy_cq() waits for the acks), drain the CQ, re-arm it, drain
- * again: the re-arm missed those.  Not re-armed while a pass leaves some:
- * serve() comes back for them. */
+ * again: the re-arm missed those.  Not re-armed while a pass leaves some
+ * (spin_on()): serve() comes back for them. */
 static int cq_event(struct server *srv, bool woken)
 {
 	struct ibv_cq *cq;
@@ -506,7 +506,7 @@ static int cq_event(struct server *srv, bool woken)
 	if (woken)
 		ibv_ack_cq_events(cq, 1);
 	n = cq_drain(srv);
-	if (n < 0 || srv->cq_more || spin_on(srv, n))
+	if (n < 0 || spin_on(srv, n))
 		return n < 0 ? n : 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
 	ret = ibv_req_notify_cq(srv->cq, 0);
@@ -522,16 +522,19 @@ static int cq_event(struct server *srv, bool woken)
  * --busy-poll-us.  The budget must outlast the gap between one client's
  * doorbells, a round trip when it waits for each (40 to 100 us on
  * Soft-RoCE in the VM), or the server falls asleep between them and gains
- * nothing: docs/performance.md has the curve.
+ * nothing: docs/performance.md has the curve.  A pass that stopped at its
+ * bound (cq_drain()) keeps it polling too, whatever the budget: the CQ
+ * stays unarmed until a pass finds it empty, so a drain elsewhere that
+ * empties it must not let the server sleep on a CQ that raises nothing.
  */
 static bool spin_on(struct server *srv, int completions)
 {
-	double now = now_seconds();
+	double now = now_seconds(), quiet_us;
 
 	if (completions > 0 || !srv->spinning)
 		srv->last_completion = now;
-	srv->spinning =
-		(now - srv->last_completion) * 1e6 < srv->opt.busy_poll_us;
+	quiet_us = (now - srv->last_completion) * 1e6;
+	srv->spinning = srv->cq_more || quiet_us < srv->opt.busy_poll_us;
 	return srv->spinning;
 }
 
