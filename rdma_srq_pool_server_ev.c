@@ -445,7 +445,8 @@ out_free:
 }
 
 /* Its QP to the error state: it takes nothing more, its work requests are
- * flushed.  Destroyed once nothing of it can complete (conns_reap()). */
+ * flushed.  Destroyed once nothing of it can complete (conns_reap()).  A
+ * QP in that state already broke: a mark against its peer's address. */
 void conn_close(struct server *srv, struct conn *conn)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
@@ -453,6 +454,7 @@ void conn_close(struct server *srv, struct conn *conn)
 
 	if (conn->closing)
 		return;
+	breaks_count(srv, conn);
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
 		report("ibv_modify_qp(IBV_QPS_ERR)", ret);

@@ -36,6 +36,9 @@
 /* Connections from one address in their handshake at once, see
  * conn_refusal(). */
 #define DEFAULT_HANDSHAKES_PER_SOURCE 16
+/* Connections of one address that may break in a minute, breaks_count(). */
+#define DEFAULT_BREAKS_PER_SOURCE 4
+#define BREAK_WINDOW_S 60.0
 #define MAX_DEADLINE_MS 600000
 /* Hybrid polling (--busy-poll-us), see spin_on(). */
 #define DEFAULT_BUSY_POLL_US 200
@@ -67,6 +70,11 @@ static void usage(FILE *out, bool busy_poll)
 		"                         connections from one address in their\n"
 		"                         handshake at once; more are refused\n"
 		"                         (default %d)\n"
+		"      --breaks-per-source N\n"
+		"                         connections from one address whose QP\n"
+		"                         may break (a wrong key, say) in a\n"
+		"                         minute; then it is refused for the\n"
+		"                         rest of that minute (default %d)\n"
 		"      --request-timeout-ms MS\n"
 		"                         close a connection that has sent no\n"
 		"                         request that long after its accept\n"
@@ -78,7 +86,8 @@ static void usage(FILE *out, bool busy_poll)
 		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
 		DEFAULT_HANDSHAKE_MS, DEFAULT_HANDSHAKES_PER_SOURCE,
-		DEFAULT_REQUEST_MS, DEFAULT_KEEPALIVE_MS);
+		DEFAULT_BREAKS_PER_SOURCE, DEFAULT_REQUEST_MS,
+		DEFAULT_KEEPALIVE_MS);
 	if (busy_poll)
 		fprintf(out,
 			"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
@@ -119,6 +128,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ "isolation", required_argument, NULL, 'I' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'T' },
 		{ "handshakes-per-source", required_argument, NULL, 'H' },
+		{ "breaks-per-source", required_argument, NULL, 'X' },
 		{ "request-timeout-ms", required_argument, NULL, 'R' },
 		{ "keepalive-ms", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
@@ -129,6 +139,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
 	uint64_t handshake_ms = DEFAULT_HANDSHAKE_MS;
 	uint64_t per_source = DEFAULT_HANDSHAKES_PER_SOURCE;
+	uint64_t breaks = DEFAULT_BREAKS_PER_SOURCE;
 	uint64_t request_ms = DEFAULT_REQUEST_MS;
 	uint64_t keepalive_ms = DEFAULT_KEEPALIVE_MS;
 	uint64_t busy_poll_us = DEFAULT_BUSY_POLL_US;
@@ -176,6 +187,10 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 			err = parse_number("handshakes per source", optarg, 1,
 					   MAX_MAX_CONNS, &per_source);
 			break;
+		case 'X':
+			err = parse_number("breaks per source", optarg, 1,
+					   MAX_MAX_CONNS, &breaks);
+			break;
 		case 'R':
 			err = parse_number("request timeout", optarg, 1,
 					   MAX_DEADLINE_MS, &request_ms);
@@ -209,6 +224,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 	opt->max_conns = (uint32_t)max_conns;
 	opt->handshake_ms = (uint32_t)handshake_ms;
 	opt->handshakes_per_source = (uint32_t)per_source;
+	opt->breaks_per_source = (uint32_t)breaks;
 	opt->request_ms = (uint32_t)request_ms;
 	opt->keepalive_ms = (uint32_t)keepalive_ms;
 	opt->busy_poll_us = (uint32_t)busy_poll_us;
@@ -790,12 +806,76 @@ static uint32_t handshakes_from(const struct server *srv, struct rdma_cm_id *id)
 	return n;
 }
 
+/* The record of from's breaks, if any; else, with make, the oldest record
+ * made anew for it (one never used is the oldest of all), n 0. */
+static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
+				bool make)
+{
+	struct breaks *b, *oldest = srv->breaks;
+
+	for (b = srv->breaks; b < srv->breaks + BREAK_SOURCES; b++) {
+		if (b->n && same_host((const struct sockaddr *)&b->from, from))
+			return b;
+		if (b->since < oldest->since)
+			oldest = b;
+	}
+	if (!make)
+		return NULL;
+	memset(oldest, 0, sizeof(*oldest));
+	memcpy(&oldest->from, from, sizeof(oldest->from));
+	return oldest;
+}
+
+/*
+ * A connection whose QP the server finds in the error state before it put
+ * it there broke for its peer's reasons: a write with a key that does not
+ * open where it points (a guessed key: under --isolation mr, 1 in 256 is
+ * right), a message too long, an invalidation the device refuses, a peer
+ * that stopped acknowledging.  Whatever event, or none (rxe before 6.5
+ * raises none: the QP is found broken when the peer leaves, or by the
+ * keepalive), it comes through conn_close(), which calls this first.  One
+ * break more for the peer's address; --breaks-per-source of them within a
+ * minute, and the address is refused until that minute is over
+ * (conn_refusal()): a guesser gets that many tries a minute per address.
+ * Cost: a query of the QP per close, and BREAK_SOURCES records, whose
+ * oldest a new address takes: a peer with as many addresses escapes.
+ */
+void breaks_count(struct server *srv, struct conn *conn)
+{
+	const struct sockaddr *from = rdma_get_peer_addr(conn->id);
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	struct breaks *b;
+	double now = now_seconds();
+
+	if (ibv_query_qp(conn->id->qp, &attr, IBV_QP_STATE, &init) ||
+	    attr.qp_state != IBV_QPS_ERR)
+		return;
+	b = breaks_of(srv, from, true);
+	if (!b->n || now - b->since >= BREAK_WINDOW_S) { /* a new minute */
+		b->since = now;
+		b->n = 0;
+	}
+	b->n++;
+}
+
+/* Whether id's peer address broke --breaks-per-source connections this
+ * minute. */
+static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
+{
+	const struct breaks *b = breaks_of(srv, rdma_get_peer_addr(id), false);
+
+	return b && b->n >= srv->opt.breaks_per_source &&
+	       now_seconds() - b->since < BREAK_WINDOW_S;
+}
+
 /*
  * Why a connect request must be refused, in *refusal, or NULL: it came
  * through a device that cannot take the settings (device_refusal()), or
  * another device than the first (a listener on 0.0.0.0 may hear several),
  * or its address has --handshakes-per-source connections in their
- * handshake already, or the server is full.  The handshake deadline frees
+ * handshake already, or broke too many (breaks_count()), or the server is
+ * full.  The handshake deadline frees
  * a place a half-open peer took, but such a peer can take it again at
  * once: the limit per address keeps one host from holding every place
  * that way (a peer with many addresses still can).  At the limit, drain
@@ -814,6 +894,8 @@ int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		*refusal = "other-device";
 	else if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
 		*refusal = "source-busy";
+	else if (source_penalized(srv, id))
+		*refusal = "source-penalized";
 	else if (conns_sending(srv) >= srv->opt.max_conns)
 		n = cq_drain(srv);
 	if (!*refusal && srv->verbs &&

@@ -48,8 +48,8 @@ struct options {
 	uint16_t port;
 	const char *address; /* -a, or "::": listener_bind() */
 	uint32_t pool_size, srq_depth, max_conns;
-	uint32_t handshake_ms, request_ms, keepalive_ms; /* conns_watch() */
-	uint32_t handshakes_per_source;			 /* conn_refusal() */
+	uint32_t handshake_ms, request_ms, keepalive_ms;   /* conns_watch() */
+	uint32_t handshakes_per_source, breaks_per_source; /* conn_refusal() */
 	enum isolation isolation; /* whose key opens what: slice_key_make() */
 	bool help;
 	uint32_t busy_poll_us; /* the event-driven server's spin_on() */
@@ -69,6 +69,15 @@ struct conn {
 	struct conn *next;
 };
 
+/* A peer address whose connections broke, and how often: breaks_count().
+ * BREAK_SOURCES addresses are remembered; a new one takes the oldest. */
+#define BREAK_SOURCES 64
+struct breaks {
+	struct sockaddr_storage from;
+	double since; /* the first break of this minute */
+	uint32_t n;   /* breaks since */
+};
+
 struct server {
 	struct options opt;
 	struct rdma_event_channel *events;
@@ -83,6 +92,7 @@ struct server {
 	uint64_t polled; /* completions cq_drain() has taken: cq_past() */
 	struct pool pool;
 	struct conn *conns;
+	struct breaks breaks[BREAK_SOURCES];
 	unsigned int nconns, nclosing; /* in conns; of them closing */
 	uint32_t recvs_posted;	       /* receives on the SRQ now */
 	uint64_t doorbells, sends_abandoned;
@@ -119,6 +129,7 @@ int pool_keyless(struct server *srv);
 int srq_limit_arm(struct server *srv);
 void rnr_timer_shorten(struct ibv_qp *qp);
 void conn_drop(struct server *srv, struct conn *conn, const char *reason);
+void breaks_count(struct server *srv, struct conn *conn);
 void handshake_finish(struct conn *conn);
 bool cq_past(struct server *srv, struct conn *conn);
 int async_other(struct server *srv, const struct ibv_async_event *event);

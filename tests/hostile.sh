@@ -94,6 +94,21 @@ test_lost_rtu() {
 	server_end "$t"
 }
 
+# second_address T: whether the device has a second address to connect
+# from (RDMA_ADDR2: a device this run made has one); else T is skipped.
+second_address() {
+	[ -n "${RDMA_ADDR2:-}" ] && return 0
+	echo "SKIP $1: no second address on $RDMA_DEV to connect from (RDMA_ADDR2: a device this run made has one)"
+	return 1
+}
+
+# other_address_served T: a peer from the second address gets a slice.
+other_address_served() {
+	timeout 60 "$peer" --source "$RDMA_ADDR2" "$RDMA_ADDR" "$server_port" req:4096 \
+		>"$work/other.out" 2>"$work/other.err" || true
+	expect_lines "$1/other_address_served" "$work/other.out" <<<"reply status=0 size=4096 rkey=KEY"
+}
+
 # qps_of PID: how many RC QPs the kernel lists for process PID.
 qps_of() {
 	rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || true
@@ -105,10 +120,7 @@ qps_of() {
 # from that address is refused, a client from another address is served.
 test_source_limits() {
 	local s=$1 t=$1/source_limits pids=() i
-	if [ -z "${RDMA_ADDR2:-}" ]; then
-		echo "SKIP $t: no second address on $RDMA_DEV to connect from (RDMA_ADDR2: a device this run made has one)"
-		return
-	fi
+	second_address "$t" || return 0
 	# The half-open pair must outlast the checks: a long deadline.
 	start_server "$s" --handshakes-per-source 2 --handshake-timeout-ms 20000 ||
 		{ fail "$t" "server did not start"; return; }
@@ -127,9 +139,7 @@ test_source_limits() {
 	else
 		fail "$t/same_address_refused" "no 'reject reason=source-busy': $(head -c 300 "$work/same.err")"
 	fi
-	timeout 60 "$peer" --source "$RDMA_ADDR2" "$RDMA_ADDR" "$server_port" req:4096 \
-		>"$work/other.out" 2>"$work/other.err" || true
-	expect_lines "$t/other_address_served" "$work/other.out" <<<"reply status=0 size=4096 rkey=KEY"
+	other_address_served "$t"
 	kill "${pids[@]}" 2>/dev/null || true
 	{ wait "${pids[@]}" || true; } 2>/dev/null
 	server_end "$t"
@@ -220,6 +230,38 @@ test_broken_qp() {
 	expect_stats "$t/place_freed"
 	hostile_end
 	stop_server || fail "$t/server_survives" "exit status $?"
+}
+
+# Under --isolation mr a client's key opens its own slice only, but a key
+# can be guessed (rxe draws 8 bits of it at random): a wrong one breaks the
+# guesser's QP. Four guessers from one address, each writing just past its
+# slice, and the fifth connection from that address is refused for the rest
+# of the minute; a client from another address is served.
+test_key_guesses() {
+	local s=$1 t=$1/key_guesses i wrong=0
+	second_address "$t" || return 0
+	start_server "$s" --isolation mr || { fail "$t" "server did not start"; return; }
+	for i in 1 2 3 4; do
+		timeout 60 "$peer" "$RDMA_ADDR" "$server_port" req:4096 write:4096:1 \
+			>"$work/guess$i.out" 2>"$work/guess$i.err" || true
+		grep -qx 'write off=4096 status=IBV_WC_REM_ACCESS_ERR' "$work/guess$i.out" ||
+			wrong=$i
+	done
+	if [ "$wrong" = 0 ]; then
+		pass "$t/wrong_keys_fail"
+	else
+		fail "$t/wrong_keys_fail" "guess $wrong: $(cat "$work/guess$wrong.out" "$work/guess$wrong.err" | head -c 300)"
+	fi
+	if run_client fifth "$server_port" "$RDMA_ADDR" 4096 -n 16 -k 4; then
+		fail "$t/fifth_refused" "a fifth client from $RDMA_ADDR was served"
+	elif grep -q 'rejected the connection: source-penalized$' "$work/fifth.err" &&
+		grep -qx 'reject reason=source-penalized' "$work/server.out"; then
+		pass "$t/fifth_refused"
+	else
+		fail "$t/fifth_refused" "no 'source-penalized' from client and server: $(head -c 300 "$work/fifth.err")"
+	fi
+	other_address_served "$t"
+	server_end "$t"
 }
 
 # A SEND WITH INVALIDATE naming a neighbour's key while the neighbour
@@ -409,6 +451,7 @@ test_hostile() {
 	test_request_deadline "$1"
 	test_keepalive "$1"
 	test_broken_qp "$1"
+	test_key_guesses "$1"
 	test_invalidate "$1"
 	test_device_limits "$1"
 	test_output_stalled "$1"
