@@ -119,7 +119,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 out=$(run_dir "$final")
 server_pid=
 cleanup() {
-	[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
+	[ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
 	rm -rf "$work"
 	[ "$out" = "$final" ] || publish_dir "$out" "$final" ||
 		echo "bench: this run's results are in $out" >&2
@@ -136,8 +136,8 @@ die() {
 }
 
 # One bench at a time on one machine: two would measure each other, and
-# their perftest runs would meet on one port.  (A lock file opened to read
-# can be locked too: a user can lock one that root made.)
+# their perftest runs would meet on one port.  (Opened to read: users
+# share /run/lock, and one may have made the file.)
 bench_lock=$(lock_dir)/rdma-pool-doorbell-bench.lock
 [ -e "$bench_lock" ] || : >"$bench_lock"
 exec {lock}<"$bench_lock"

@@ -18,8 +18,8 @@ server_pid=
 client_pid=
 out=''
 cleanup() {
-	[ -n "$client_pid" ] && kill "$client_pid" 2>/dev/null
-	[ -n "$server_pid" ] && kill -INT "$server_pid" 2>/dev/null
+	[ -z "$client_pid" ] || kill "$client_pid" 2>/dev/null || true
+	[ -z "$server_pid" ] || kill -INT "$server_pid" 2>/dev/null || true
 	[ -z "$out" ] || rm -rf "$out"
 }
 trap cleanup EXIT

@@ -222,7 +222,7 @@ on_signal() {
 
 # try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how, or why_not.
 try_own() {
-	local addr addr2 addr6 err
+	local addr addr2 addr6 err locks
 	if [ "$(id -u)" != 0 ]; then
 		why_not="only root can make one (rdma link add)"
 		return 1
@@ -240,7 +240,8 @@ try_own() {
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
 	# Two runs at once must not take one address: choosing it and putting
 	# it on this run's interface is done by one run at a time.
-	exec {lock}>"$(lock_dir)/rdma-pool-doorbell-soft-roce.lock"
+	locks=$(lock_dir 2>&1) || { why_not=$locks; return 1; }
+	exec {lock}>"$locks/rdma-pool-doorbell-soft-roce.lock"
 	flock "$lock"
 	if ! addr=$(own_address); then
 		why_not="no free address in 198.18.0.0/24"

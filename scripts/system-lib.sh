@@ -13,8 +13,9 @@
 #   install_line PKG...    the command a user pastes to install them
 #   static_elf FILE        true if FILE is an x86-64 program that needs no
 #                          dynamic loader (no PT_INTERP program header)
-#   lock_dir               where a run's lock files go (root's /run/lock,
-#                          else TMPDIR or /tmp)
+#   lock_dir               where a run's lock files go (root's in a
+#                          folder of /run only root can write; a user's
+#                          in /run/lock, else TMPDIR or /tmp)
 #   run_dir FINAL          makes and prints a folder of this run's own
 #                          beside the folder FINAL (FINAL.run.XXXXXX)
 #   publish_dir RUN FINAL  RUN takes FINAL's place: FINAL always holds one
@@ -119,6 +120,18 @@ static_elf() {
 }
 
 lock_dir() {
+	local own=/run/rdma-pool-doorbell
+	# Root's in a folder only root can write: in /run/lock (mode 1777)
+	# any user could make root's lock file first, or hold its lock.
+	if [ "$(id -u)" = 0 ]; then
+		[ -e "$own" ] || mkdir -m 700 "$own" 2>/dev/null || true
+		if [ -d "$own" ] && [ ! -L "$own" ] && [ "$(stat -c %u "$own")" = 0 ]; then
+			echo "$own"
+			return 0
+		fi
+		echo "cannot make $own, a folder for root's locks" >&2
+		return 1
+	fi
 	if [ -d /run/lock ] && [ -w /run/lock ]; then
 		echo /run/lock
 	else

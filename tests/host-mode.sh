@@ -378,6 +378,70 @@ test_leftover() {
 	modules_restore
 }
 
+# A user who makes root's lock file first and holds its lock (any user
+# could, in /run/lock, mode 1777) must not stall root's runs: they lock
+# where only root can write.
+test_lock_not_users() {
+	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 made=''
+	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && made=1; }
+	# shellcheck disable=SC2016 # the user's shell expands them
+	setpriv --reuid=nobody --regid=nogroup --clear-groups bash -c \
+		'[ -e "$1" ] || : >"$1"; exec 9<"$1"; flock 9; exec sleep 600' _ "$lock" &
+	holder=$!
+	sleep 1
+	timeout 240 "$top/scripts/soft-roce.sh" true >"$work/lock.log" 2>&1 || status=$?
+	kill "$holder" 2>/dev/null || true
+	wait "$holder" 2>/dev/null || true
+	rm -f "$lock"
+	[ -z "$made" ] || rmdir /run/lock
+	if [ "$status" = 0 ]; then
+		pass lock_not_users
+	else
+		fail lock_not_users "soft-roce.sh true exited $status (124: it waited 240 s, for the user's lock?): $(tail -n 3 "$work/lock.log" | tr '\n' '|')"
+	fi
+}
+
+# The demo's client dies mid-session: the demo fails, and its cleanup
+# still stops the server and removes its folder (a kill of the client,
+# already gone, must not end the cleanup under set -e).
+test_demo_client_dies() {
+	local dir=$work/dies before status=0 i left why='' k pid
+	mkdir -p "$dir/tmp"
+	mkfifo "$dir/keys"
+	before=$(machine_state)
+	DEMO_STEP=1 TMPDIR=$dir/tmp make -s -C "$top" demo SANITIZE="${SANITIZE:-}" \
+		<"$dir/keys" >"$dir/log" 2>&1 &
+	pid=$!
+	exec {k}>"$dir/keys"
+	echo >&"$k" # past the view before the client
+	for ((i = 0; i < 600; i++)); do
+		grep -q '^== the kernel, once the client holds' "$dir/log" && break
+		sleep 0.1
+	done
+	sleep 2 # the view's rows, then the demo waits for a key
+	pkill -KILL -f "^$top/rdma_pool_client " || why="no client to kill; "
+	echo >&"$k"
+	exec {k}>&-
+	for ((i = 0; i < 300; i++)); do
+		pgrep -f "scripts/demo\.sh" >/dev/null || break
+		sleep 0.1
+	done
+	left=$(pgrep -af "^$top/rdma_srq_pool_server_ev " || true)
+	[ -z "$left" ] || why+="the server still runs: $left; "
+	pkill -KILL -f "^$top/rdma_srq_pool_server_ev " || true
+	wait "$pid" || status=$?
+	[ "$status" != 0 ] || why+="make demo exited 0; "
+	left=$(find "$dir/tmp" -mindepth 1 -maxdepth 1)
+	[ -z "$left" ] || why+="left in TMPDIR: $(echo "$left" | tr '\n' ' '); "
+	[ "$(machine_state)" = "$before" ] ||
+		why+="left behind: $(left_behind "$before" "$(machine_state)"); "
+	if [ -n "$why" ]; then
+		fail demo/client_dies "$why$(tail -n 3 "$dir/log" | tr '\n' '|')"
+	else
+		pass demo/client_dies
+	fi
+}
+
 if [ "$(id -u)" != 0 ] && [ -z "$(active_ports)" ]; then
 	# The Soft-RoCE tests are never skipped: a run without them is no pass.
 	echo "FAIL host_mode/soft_roce: no RDMA device, and only root can make one: run make test as root, which brings Soft-RoCE up itself"
@@ -394,8 +458,10 @@ if [ -z "$(active_ports)" ]; then
 	test_demo_beside_churn
 	test_overlapping_runs
 	test_leftover
+	test_lock_not_users
+	test_demo_client_dies
 else
-	for t in interrupt two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed; do
+	for t in interrupt two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed lock_not_users demo/client_dies; do
 		echo "SKIP host_mode/$t: an RDMA device is already here, and these tests make and remove devices of their own"
 	done
 fi

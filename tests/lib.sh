@@ -55,7 +55,7 @@ test_lib() {
 }
 
 cleanup() {
-	[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null
+	[ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
 	rm -rf "$work" "${open_top:-}"
 }
 
