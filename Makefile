@@ -11,6 +11,13 @@
 #   make fuzz             fuzz the control-message decoder (FUZZ_SECONDS=20)
 #   make doctor           check this machine for what the programs need
 
+# make splits a path at its spaces, and so do the scripts' command lines
+# (the VM's kernel command line among them): refuse such a path at once,
+# before any target installs, builds or boots anything.
+ifneq ($(word 2,$(CURDIR)),)
+$(error '$(CURDIR)' has a space in it, which make and these scripts cannot take: move or clone the project to a path without one)
+endif
+
 CC ?= cc
 CFLAGS ?= -O2 -g
 # rdma-core's own warning set, as errors.  -D_GNU_SOURCE gives <endian.h>'s
@@ -99,7 +106,7 @@ demo:
 bench:
 	scripts/deps.sh build run bench
 	$(MAKE) all
-	scripts/soft-roce.sh scripts/bench.sh $(CURDIR)/bench-results
+	scripts/soft-roce.sh scripts/bench.sh '$(CURDIR)/bench-results'
 	@cat bench-results/results.md
 
 # Two VMs, one cable, one short session: the trace of every packet.

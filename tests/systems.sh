@@ -236,6 +236,23 @@ test_make_names_the_package() {
 	fi
 }
 
+# A clone whose path has a space: make split it (make bench handed
+# bench.sh two arguments, once a VM was up). make refuses it at once,
+# naming it, whatever the target.
+test_space_in_path() {
+	local t=make/space_in_path dir="$work/with space" status=0 out=$work/space.out
+	mkdir -p "$dir"
+	cp "$top/Makefile" "$dir/"
+	make -n -C "$dir" bench >"$out" 2>&1 || status=$?
+	if [ "$status" = 0 ]; then
+		fail "$t" "make -n bench in '$dir' went on: $(head -n 3 "$out" | paste -sd' ')"
+	elif ! grep -qF "'$dir' has a space in it" "$out"; then
+		fail "$t" "no line naming '$dir': $(head -c 300 "$out")"
+	else
+		pass "$t"
+	fi
+}
+
 # The static-busybox probe (the VM's init runs busybox before any shared
 # library can be reached): a program with no loader passes, static-pie too
 # (where ldd exits 0), and one with a loader fails.
@@ -494,6 +511,7 @@ test_vm_kernel_no_rxe_in_boot
 test_vm_kernel_failed_fetch
 test_static_probe
 test_make_names_the_package
+test_space_in_path
 test_unknown_system
 test_not_root
 test_doctor_fixes
