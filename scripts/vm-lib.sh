@@ -170,11 +170,13 @@ say() {
 }
 
 # kernel_root VERSION: where that kernel's files are, as a directory holding
-# boot/vmlinuz-VERSION and lib/modules/VERSION: / for one installed in
-# /boot, else its folder in the cache.  Fails if neither has it.
+# boot/vmlinuz-VERSION and lib/modules/VERSION: its folder in the cache,
+# fetched for the VMs, else / for one installed in /boot (the same version
+# may be both: Debian 12 with bookworm-backports' kernel installed, whose
+# modules may lack what the VM needs).  Fails if neither has it.
 kernel_root() {
 	local root
-	for root in / "$KERNEL_CACHE/$1/"; do
+	for root in "$KERNEL_CACHE/$1/" /; do
 		if [ -e "${root}boot/vmlinuz-$1" ] && [ -d "${root}lib/modules/$1" ]; then
 			echo "$root"
 			return 0
