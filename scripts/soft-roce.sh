@@ -212,8 +212,12 @@ stop_session() {
 # by the same signal (a shell that started this script sees that it was
 # interrupted, and stops rather than going on with its next command).
 on_signal() {
-	trap '' INT TERM HUP
-	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made"
+	trap '' INT TERM HUP PIPE
+	# A closed terminal (EIO) or a pipe whose reader is gone (EPIPE) fails
+	# every write to stderr, which under set -e would end this handler
+	# before its cleanup: then the rest goes nowhere.
+	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made" ||
+		exec 2>/dev/null
 	[ -z "$cmd_sid" ] || stop_session "$cmd_sid"
 	cleanup
 	trap - EXIT "$1"

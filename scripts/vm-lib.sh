@@ -495,8 +495,9 @@ trap_signals() {
 }
 
 on_signal() {
-	trap '' INT TERM HUP
-	echo "$vm_prog: SIG$1: stopping the VM" >&2
+	trap '' INT TERM HUP PIPE
+	# As soft-roce.sh's: a stderr that fails must not end the cleanup.
+	echo "$vm_prog: SIG$1: stopping the VM" >&2 || exec 2>/dev/null
 	cleanup
 	trap - EXIT "$1"
 	kill -s "$1" $$

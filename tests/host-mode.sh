@@ -155,17 +155,26 @@ ours() {
 	} | sed 's/^ *//' | awk '!seen[$1]++' || true
 }
 
-# test_interrupt NAME SIGNAL group|harness: a run of soft-roce.sh that
-# gets SIGNAL mid-stream, sent to its whole process group (Ctrl-C in its
-# terminal: the harness alone, its command runs in a session of its own)
-# or to the harness alone (kill, or a closed terminal's SIGHUP): every
-# process of the run must be gone, then the device, its interface and the
-# modules, and the harness must end by that signal.
+# test_interrupt NAME SIGNAL group|harness [dead-stderr]: a run of
+# soft-roce.sh that gets SIGNAL mid-stream, sent to its whole process group
+# (Ctrl-C in its terminal: the harness alone, its command runs in a
+# session of its own) or to the harness alone (kill, or a closed
+# terminal's SIGHUP): every process of the run must be gone, then the
+# device, its interface and the modules, and the harness must end by that
+# signal.  With dead-stderr, its stderr is a pipe whose reader is gone
+# when the signal comes (a dead tee; a closed terminal fails writes too).
 test_interrupt() {
 	local name=$1 sig=$2 target=$3 dir=$work/${1//\//_} before
-	local harness status=0 i left why='' want
+	local harness status=0 i left why='' want reader='' err
 	mkdir "$dir"
 	before=$(machine_state)
+	err=$dir/log
+	if [ "${4:-}" = dead-stderr ]; then
+		mkfifo "$dir/stderr"
+		cat "$dir/stderr" >"$dir/err" &
+		reader=$!
+		err=$dir/stderr
+	fi
 	# A process group of its own, as a job of a terminal's shell has (job
 	# control, set -m: without it bash starts a background command with
 	# SIGINT ignored, and a script cannot trap what it inherits ignored),
@@ -173,7 +182,7 @@ test_interrupt() {
 	# inherit SIGHUP ignored).
 	set -m
 	env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
-		"$dir" "$top" >"$dir/log" 2>&1 &
+		"$dir" "$top" >"$dir/log" 2>"$err" &
 	harness=$!
 	set +m
 	for ((i = 0; i < 600; i++)); do
@@ -186,6 +195,10 @@ test_interrupt() {
 		wait "$harness" || true
 		fail "$name" "the client never streamed: $(tail -n 5 "$dir/log" | tr '\n' '|')"
 		return
+	fi
+	if [ -n "$reader" ]; then
+		kill "$reader"
+		wait "$reader" 2>/dev/null || true
 	fi
 	if [ "$target" = group ]; then
 		kill -s "$sig" -- "-$harness"
@@ -454,6 +467,7 @@ if [ -z "$(active_ports)" ]; then
 	test_interrupt interrupt/ctrl_c INT group
 	test_interrupt interrupt/sigterm TERM harness
 	test_interrupt interrupt/sighup HUP harness
+	test_interrupt interrupt/sighup_dead_stderr HUP harness dead-stderr
 	test_two_demos
 	test_demo_beside_churn
 	test_overlapping_runs
