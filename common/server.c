@@ -875,12 +875,11 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
  * another device than the first (a listener on 0.0.0.0 may hear several),
  * or its address has --handshakes-per-source connections in their
  * handshake already, or broke too many (breaks_count()), or the server is
- * full.  The handshake deadline frees
- * a place a half-open peer took, but such a peer can take it again at
- * once: the limit per address keeps one host from holding every place
- * that way (a peer with many addresses still can).  At the limit, drain
- * the CQ first: a flushed send may have freed a place.  Returns the
- * drain's error, if it failed.
+ * full.  The handshake deadline frees a place a half-open peer took, but
+ * such a peer can take it again at once: the limit per address keeps one
+ * host from holding every place that way (a peer with many addresses
+ * still can).  At the limit, drain the CQ first: a flushed send may have
+ * freed a place.  Returns the drain's error, if it failed.
  */
 int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		 const char **refusal)
