@@ -1,18 +1,19 @@
 /*
- * rdma_pool_server.c - lends slices of one registered memory pool to RDMA
+ * rdma_pool_server.c - lends slices of a registered memory pool to RDMA
  * clients and checks the doorbells they ring.  The polling edition: one
- * thread whose loop, every tick, asks the connection manager (CM) and the
+ * thread whose loop, every tick, asks the connection manager (CM) and each
  * completion queue (CQ) for news.  Each client has a queue pair (QP) of its
- * own; all share one receive queue (the SRQ) and the CQ.  The core path,
- * in the order it runs:
+ * own; the clients of one RDMA device share its pool, its receive queue
+ * (the SRQ) and its CQ.  The core path, in the order it runs:
  *
  *   main                listen (listen_open); serve, the tick loop; at
- *                       the end, undo it all (verbs_close)
+ *                       the end, undo it all (verbs_close, each device)
  *     cm_handle         a client's connect request (on_connect_request; the
- *                       first opens the verbs: verbs_open, pool_register,
- *                       srq_open, recv_post, cq_open; each gets a QP on the
- *                       SRQ, conn_create), or a client gone (conn_close)
- *     async_handle      the device's own events: LAST_WQE_REACHED
+ *                       first through a device opens it: verbs_open,
+ *                       pool_register, srq_open, recv_post, cq_open; each
+ *                       gets a QP on its SRQ, conn_create), or a client
+ *                       gone (conn_close)
+ *     async_handle      a device's own events: LAST_WQE_REACHED
  *     cq_drain          each completion to on_completion, via conn_find:
  *                       on_request and reply_send, or on_doorbell
  *     conns_reap        each closed QP, once conn_quiet: conn_destroy
@@ -42,13 +43,16 @@ static int listen_open(struct server *srv);
 static int serve(struct server *srv);
 static int cm_handle(struct server *srv);
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id);
-static int verbs_open(struct server *srv, struct ibv_context *verbs);
-static int pool_register(struct server *srv);
-static int srq_open(struct server *srv);
-static int recv_post(struct server *srv, uint32_t index);
-static int cq_open(struct server *srv);
-static int conn_create(struct server *srv, struct rdma_cm_id *id);
-static int on_completion(struct server *srv, const struct ibv_wc *wc);
+static int verbs_open(struct server *srv, struct device *dev,
+		      struct ibv_context *verbs);
+static int pool_register(struct server *srv, struct device *dev);
+static int srq_open(struct server *srv, struct device *dev);
+static int recv_post(struct device *dev, uint32_t index);
+static int cq_open(struct server *srv, struct device *dev);
+static int conn_create(struct server *srv, struct device *dev,
+		       struct rdma_cm_id *id);
+static int on_completion(struct server *srv, struct device *dev,
+			 const struct ibv_wc *wc);
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len);
 static void reply_send(struct server *srv, struct conn *conn,
@@ -56,7 +60,7 @@ static void reply_send(struct server *srv, struct conn *conn,
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
 static bool conn_quiet(const struct conn *conn, double now);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
-static int verbs_close(struct server *srv, int err);
+static int verbs_close(struct device *dev, int err);
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
 int main(int argc, char **argv)
@@ -71,18 +75,16 @@ int main(int argc, char **argv)
 	err = devices_fit(&srv);
 	if (err)
 		goto out;
-	err = pool_init(&srv.pool, srv.opt.pool_size);
-	if (err)
-		goto out;
 	err = signals_open(&srv);
 	if (err)
-		goto out_free_pool;
+		goto out;
 	err = listen_open(&srv);
 	if (err)
 		goto out_destroy_listener;
 	err = serve(&srv);
 	err = undo(err, NULL, conns_close_all(&srv));
-	err = verbs_close(&srv, err);
+	for (unsigned int i = srv.ndevices; i-- > 0;)
+		err = verbs_close(&srv.devices[i], err);
 out_destroy_listener:
 	if (srv.listener && rdma_destroy_id(srv.listener))
 		err = undo(err, "rdma_destroy_id(listener)", errno);
@@ -90,8 +92,6 @@ out_destroy_listener:
 		rdma_destroy_event_channel(srv.events);
 	if (srv.sigfd >= 0)
 		close(srv.sigfd);
-out_free_pool:
-	pool_destroy(&srv.pool);
 out:
 	return err ? EXIT_FAILURE : EXIT_SUCCESS;
 }
@@ -126,7 +126,8 @@ static int listen_open(struct server *srv)
 
 #define TICK_NS 1000000 /* sleep 1 ms when a tick found nothing to do */
 
-/* Each tick asks for news; an idle one sleeps, sparing the core. */
+/* Each tick asks for news, from the CM and every device in use; an idle
+ * one sleeps, sparing the core. */
 static int serve(struct server *srv)
 {
 	const struct timespec tick = { .tv_nsec = TICK_NS };
@@ -137,20 +138,20 @@ static int serve(struct server *srv)
 
 		if (busy < 0)
 			return busy;
-		if (srv->cq) {
-			ret = async_handle(srv);
+		for (unsigned int i = 0; i < srv->ndevices; i++) {
+			ret = async_handle(srv, &srv->devices[i]);
 			if (ret < 0)
 				return ret;
 			busy += ret;
-			ret = cq_drain(srv);
+			ret = cq_drain(srv, &srv->devices[i]);
 			if (ret < 0)
 				return ret;
 			busy += ret;
-			ret = conns_reap(srv);
-			if (ret < 0)
-				return ret;
-			conns_watch(srv);
 		}
+		ret = conns_reap(srv);
+		if (ret < 0)
+			return ret;
+		conns_watch(srv);
 		signo = signal_take(srv);
 		if (!busy && !signo)
 			nanosleep(&tick, NULL);
@@ -182,17 +183,19 @@ static int cm_handle(struct server *srv)
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED: /* its RTU */
 		conn->established = true;
-		if (!conn->closing)
-			say(&srv->out, "connect qp=0x%" PRIx32 "\n",
-			    conn->qp_num);
+		if (!conn->closing) /* a QP number is its device's own */
+			say(&srv->out, "connect qp=0x%" PRIx32 " device=%s\n",
+			    conn->qp_num,
+			    ibv_get_device_name(id->verbs->device));
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or our own */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
-		err = cq_drain(srv); /* first its last doorbells */
-		if (conn)
+		if (conn) {
+			err = cq_drain(srv, conn->dev); /* its last doorbells */
 			conn_close(srv, conn);
+		}
 		break;
 	default:
 		err = cm_other(type); /* TIMEWAIT_EXIT, DEVICE_REMOVAL... */
@@ -200,72 +203,84 @@ static int cm_handle(struct server *srv)
 	return err < 0 ? err : 1;
 }
 
-/* A client: accepted, or refused with a reason it is told. */
+/* A client: accepted, or refused with a reason it is told.  The CM chose
+ * the device that carries its address (id->verbs); the first client
+ * through a device opens what that device needs. */
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
 	const char *refusal;
 	int err = conn_refusal(srv, id, &refusal);
+	struct device *dev = device_find(srv, id->verbs);
 
-	if (!refusal && !srv->verbs) {
-		err = verbs_open(srv, id->verbs);
+	if (!refusal && !dev) {
+		dev = &srv->devices[srv->ndevices++];
+		err = verbs_open(srv, dev, id->verbs);
 		refusal = err ? "server-setup-failed" : NULL;
 	}
-	if (!refusal && conn_create(srv, id))
+	if (!refusal && conn_create(srv, dev, id))
 		refusal = "connection-setup-failed";
 	if (refusal)
 		conn_reject(srv, id, refusal);
 	return err;
 }
 
-/* On the device of the first connect request (we learn it then).  A QP
- * may only use memory registered in its own protection domain (PD). */
-static int verbs_open(struct server *srv, struct ibv_context *verbs)
+/* What one device needs, on the first connect request through it (we
+ * learn the device then).  A QP may only use memory registered in its own
+ * protection domain (PD), and a PD belongs to one device. */
+static int verbs_open(struct server *srv, struct device *dev,
+		      struct ibv_context *verbs)
 {
 	int err;
 
-	srv->verbs = verbs;
+	dev->verbs = verbs;
 	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
 		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
-	srv->pd = ibv_alloc_pd(verbs);
-	if (!srv->pd)
+	dev->pd = ibv_alloc_pd(verbs);
+	if (!dev->pd)
 		return fail("ibv_alloc_pd", errno);
-	err = pool_register(srv);
+	err = pool_register(srv, dev);
 	if (err)
 		return err;
-	err = srq_open(srv);
+	err = srq_open(srv, dev);
 	if (err)
 		return err;
-	return cq_open(srv);
+	return cq_open(srv, dev);
 }
 
 /* Registering pins the pool and gives the NIC its translation; the rkey
  * lets RDMA WRITEs in (REMOTE_WRITE needs LOCAL_WRITE), nothing else. */
-static int pool_register(struct server *srv)
+static int pool_register(struct server *srv, struct device *dev)
 {
 	size_t size = srv->opt.pool_size;
+	int err = pool_init(&dev->pool, size); /* its chunks' bitmap */
 
-	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
-	if (!srv->pool_mem)
+	if (err)
+		return err;
+	dev->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
+	if (!dev->pool_mem)
 		return fail("aligned_alloc(pool)", ENOMEM);
-	memset(srv->pool_mem, 0, size);
+	memset(dev->pool_mem, 0, size);
 	if (srv->opt.isolation != ISOLATION_NONE)
-		return pool_keyless(srv); /* no key to all of the pool */
-	srv->pool_mr =
-		ibv_reg_mr(srv->pd, srv->pool_mem, size,
+		return pool_keyless(srv, dev); /* no key to all of the pool */
+	dev->pool_mr =
+		ibv_reg_mr(dev->pd, dev->pool_mem, size,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!srv->pool_mr)
+	if (!dev->pool_mr)
 		return fail("ibv_reg_mr(pool)", errno);
-	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
-	    (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
+	say(&srv->out,
+	    "pool device=%s addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
+	    ibv_get_device_name(dev->verbs->device), (uintptr_t)dev->pool_mem,
+	    size, dev->pool_mr->rkey);
 	return 0;
 }
 
 /* A few bytes too many still get an EBADMSG reply. */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
 
-/* Receive buffers for all QPs.  Empty, the NIC answers "receiver not
- * ready" (RNR) and the client's NIC retries: slower, nothing lost. */
-static int srq_open(struct server *srv)
+/* Receive buffers for all QPs of the device.  Empty, the NIC answers
+ * "receiver not ready" (RNR) and the client's NIC retries: slower,
+ * nothing lost. */
+static int srq_open(struct server *srv, struct device *dev)
 {
 	uint32_t depth = srv->opt.srq_depth;
 	struct ibv_srq_init_attr attr = {
@@ -273,55 +288,57 @@ static int srq_open(struct server *srv)
 		.attr.max_sge = 1,
 	};
 
-	srv->recv_bufs = calloc(depth, RECV_BUF_SIZE);
-	if (!srv->recv_bufs)
+	dev->recv_bufs = calloc(depth, RECV_BUF_SIZE);
+	if (!dev->recv_bufs)
 		return fail("calloc(receive buffers)", ENOMEM);
-	srv->recv_mr =
-		ibv_reg_mr(srv->pd, srv->recv_bufs, depth * RECV_BUF_SIZE,
+	dev->recv_mr =
+		ibv_reg_mr(dev->pd, dev->recv_bufs, depth * RECV_BUF_SIZE,
 			   IBV_ACCESS_LOCAL_WRITE);
-	if (!srv->recv_mr)
+	if (!dev->recv_mr)
 		return fail("ibv_reg_mr(receive buffers)", errno);
-	srv->srq = ibv_create_srq(srv->pd, &attr);
-	if (!srv->srq)
+	dev->srq = ibv_create_srq(dev->pd, &attr);
+	if (!dev->srq)
 		return fail("ibv_create_srq", errno);
 	for (uint32_t i = 0; i < depth; i++) {
-		int err = recv_post(srv, i);
+		int err = recv_post(dev, i);
 
 		if (err)
 			return err;
 	}
-	return srq_limit_arm(srv);
+	return srq_limit_arm(srv, dev);
 }
 
 /* Offer receive buffer index to whichever client needs one next. */
-static int recv_post(struct server *srv, uint32_t index)
+static int recv_post(struct device *dev, uint32_t index)
 {
 	struct ibv_sge sge = {
-		.addr = (uintptr_t)(srv->recv_bufs + index * RECV_BUF_SIZE),
+		.addr = (uintptr_t)(dev->recv_bufs + index * RECV_BUF_SIZE),
 		.length = RECV_BUF_SIZE,
-		.lkey = srv->recv_mr->lkey,
+		.lkey = dev->recv_mr->lkey,
 	};
 	struct ibv_recv_wr wr = {
 		.wr_id = WRID_RECV | index,
 		.sg_list = &sge,
 		.num_sge = 1,
 	}, *bad;
-	int ret = ibv_post_srq_recv(srv->srq, &wr, &bad);
+	int ret = ibv_post_srq_recv(dev->srq, &wr, &bad);
 
 	if (ret)
 		return fail("ibv_post_srq_recv", ret);
-	srv->recvs_posted++;
+	dev->recvs_posted++;
 	return 0;
 }
 
-/* One CQ for all sends and receives, with room for all that can be
- * outstanding: one per SRQ receive, SQ_DEPTH a connection (conn_refusal()). */
-static int cq_open(struct server *srv)
+/* One CQ for all the device's sends and receives, with room for all that
+ * can be outstanding: one per SRQ receive, SQ_DEPTH a connection, for
+ * every one of --max-conns may come through this device (conn_refusal()).
+ */
+static int cq_open(struct server *srv, struct device *dev)
 {
 	int depth = (int)(srv->opt.srq_depth + srv->opt.max_conns * SQ_DEPTH);
 
-	srv->cq = ibv_create_cq(srv->verbs, depth, NULL, NULL, 0);
-	return srv->cq ? 0 : fail("ibv_create_cq", errno);
+	dev->cq = ibv_create_cq(dev->verbs, depth, NULL, NULL, 0);
+	return dev->cq ? 0 : fail("ibv_create_cq", errno);
 }
 
 #define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
@@ -330,12 +347,13 @@ static int cq_open(struct server *srv)
  * RESET to INIT, rdma_accept() to RTR and RTS and sends the reply (CM REP);
  * the client's RTU makes it ESTABLISHED.  responder_resources: READs served
  * at once; the protocol sends none, and one sent anyway is refused. */
-static int conn_create(struct server *srv, struct rdma_cm_id *id)
+static int conn_create(struct server *srv, struct device *dev,
+		       struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr = {
-		.send_cq = srv->cq,
-		.recv_cq = srv->cq,
-		.srq = srv->srq,
+		.send_cq = dev->cq,
+		.recv_cq = dev->cq,
+		.srq = dev->srq,
 		.qp_type = IBV_QPT_RC,
 		.cap.max_send_wr = SQ_DEPTH,
 		.cap.max_send_sge = 1,
@@ -350,7 +368,7 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 
 	if (!conn)
 		return fail("calloc(conn)", ENOMEM);
-	if (rdma_create_qp(id, srv->pd, &attr)) {
+	if (rdma_create_qp(id, dev->pd, &attr)) {
 		err = fail("rdma_create_qp", errno);
 		goto out_free;
 	}
@@ -360,6 +378,7 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 	}
 	rnr_timer_shorten(id->qp);
 	conn->id = id;
+	conn->dev = dev;
 	conn->qp_num = id->qp->qp_num;
 	conn->accepted_at = now_seconds();
 	conn->next = srv->conns;
@@ -401,22 +420,22 @@ void conn_close(struct server *srv, struct conn *conn)
 /* The device's asynchronous events (1; 0 if none), acked: a QP's destroy
  * waits for the acks of its events.  LAST_WQE_REACHED: a QP on the SRQ, in
  * the error state, takes no more of its receives (conn_quiet()). */
-int async_handle(struct server *srv)
+int async_handle(struct server *srv, struct device *dev)
 {
 	struct ibv_async_event event;
 	struct conn *conn;
 	int ret = 1;
 
-	if (ibv_get_async_event(srv->verbs, &event))
+	if (ibv_get_async_event(dev->verbs, &event))
 		return errno == EAGAIN ? 0 : fail("ibv_get_async_event", errno);
 	if (event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
-		conn = conn_find(srv, event.element.qp->qp_num);
+		conn = conn_find(srv, dev, event.element.qp->qp_num);
 		if (conn && !conn->closing) /* it broke: a bad write, say */
 			conn_drop(srv, conn, "qp_error");
 		if (conn)
 			conn->last_wqe = true;
 	} else {
-		ret = async_other(srv, &event); /* a QP broke, the CQ... */
+		ret = async_other(srv, dev, &event); /* a QP broke, the CQ */
 	}
 	ibv_ack_async_event(&event);
 	return ret;
@@ -427,25 +446,25 @@ int async_handle(struct server *srv)
 /* The heart of the server: the CQ polled until it is empty, each completion
  * a client waiting, or for one SRQ depth of completions at most: a flood
  * of them (a NIC can post millions a second) must leave the loop time for
- * the CM, deadlines and signals (srv->cq_more: the next tick goes on).
+ * the CM, deadlines and signals (dev->cq_more: the next tick goes on).
  * How many, or the first error, once the rest of its batch is handled. */
-int cq_drain(struct server *srv)
+int cq_drain(struct server *srv, struct device *dev)
 {
 	struct ibv_wc wc[CQ_BATCH];
 	int n, total = 0, err = 0;
 
 	do {
-		n = ibv_poll_cq(srv->cq, CQ_BATCH, wc);
+		n = ibv_poll_cq(dev->cq, CQ_BATCH, wc);
 		if (n < 0)
 			return fail("ibv_poll_cq", EIO);
 		for (int i = 0; i < n; i++) /* the first error is kept */
-			err = undo(err, NULL, on_completion(srv, &wc[i]));
+			err = undo(err, NULL, on_completion(srv, dev, &wc[i]));
 		if (err)
 			return err;
 		total += n;
 	} while (n > 0 && total < (int)srv->opt.srq_depth);
-	srv->cq_more = n > 0;
-	srv->polled += (uint64_t)total;
+	dev->cq_more = n > 0;
+	dev->polled += (uint64_t)total;
 	return total;
 }
 
@@ -453,9 +472,10 @@ int cq_drain(struct server *srv)
  * doorbell counts even once its connection is closing: a receive completes
  * successfully only before its QP enters the error state, so it landed
  * before the QP broke (whose event may have been handled first). */
-static int on_completion(struct server *srv, const struct ibv_wc *wc)
+static int on_completion(struct server *srv, struct device *dev,
+			 const struct ibv_wc *wc)
 {
-	struct conn *conn = conn_find(srv, wc->qp_num);
+	struct conn *conn = conn_find(srv, dev, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
 	if (conn && !wc->status && !conn->established)
@@ -463,25 +483,26 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	if (!conn || wc->status || key_revoked(wc))
 		on_trouble(srv, conn, wc); /* failed, or a key revoked */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
-		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
+		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
 	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
 		on_doorbell(srv, conn, be32toh(wc->imm_data));
 
 	if (WRID_KIND(wc->wr_id) == WRID_RECV) {
-		srv->recvs_posted--;
-		return recv_post(srv, index);
+		dev->recvs_posted--;
+		return recv_post(dev, index);
 	}
 	if (conn) /* a reply or a window bind: one send fewer */
 		conn->sending--;
 	return 0;
 }
 
-/* A walk of the list: what a completion costs more with more clients. */
-struct conn *conn_find(struct server *srv, uint32_t qp_num)
+/* A walk of the list: what a completion costs more with more clients.  A
+ * QP number is unique on its device only. */
+struct conn *conn_find(struct server *srv, struct device *dev, uint32_t qp_num)
 {
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		if (conn->qp_num == qp_num)
+		if (conn->qp_num == qp_num && conn->dev == dev)
 			return conn;
 	return NULL;
 }
@@ -490,9 +511,10 @@ struct conn *conn_find(struct server *srv, uint32_t qp_num)
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len)
 {
-	uint32_t asked, rkey = srv->pool_mr ? srv->pool_mr->rkey : 0;
-	int err = alloc_request(&srv->pool, buf, len, &conn->slice, &asked);
-	uint8_t *slice = srv->pool_mem + conn->slice.off;
+	struct device *dev = conn->dev;
+	uint32_t asked, rkey = dev->pool_mr ? dev->pool_mr->rkey : 0;
+	int err = alloc_request(&dev->pool, buf, len, &conn->slice, &asked);
+	uint8_t *slice = dev->pool_mem + conn->slice.off;
 	struct ctrl_msg reply = {
 		.magic = CTRL_MAGIC,
 		.version = CTRL_VERSION,
@@ -553,12 +575,12 @@ static void reply_send(struct server *srv, struct conn *conn,
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 {
 	uint32_t slots = conn->slice.len / 4, value = 0;
-	uint8_t *slot = srv->pool_mem + conn->slice.off;
+	uint8_t *slot = conn->dev->pool_mem + conn->slice.off;
 
 	if (slots)
 		memcpy(&value, slot + (size_t)(seq - 1) % slots * 4, 4);
 	value = be32toh(value);
-	srv->doorbells++;
+	conn->dev->doorbells++;
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
@@ -569,12 +591,12 @@ int conns_reap(struct server *srv)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
-	int n = srv->nclosing ? cq_drain(srv) : 0, err = 0; /* the last first */
+	int n = srv->nclosing ? devices_drain(srv) : 0, err = 0; /* the last */
 
 	if (n < 0)
 		return n;
 	while ((conn = *link)) {
-		if (!conn_quiet(conn, now) || !cq_past(srv, conn)) {
+		if (!conn_quiet(conn, now) || !cq_past(conn)) {
 			link = &conn->next;
 			continue;
 		}
@@ -583,9 +605,6 @@ int conns_reap(struct server *srv)
 	}
 	return err;
 }
-
-#define CLOSE_TIMEOUT_MS 2000  /* waiting for LAST_WQE_REACHED at most */
-#define CLOSE_GIVE_UP_MS 10000 /* a send not flushed by then never will be */
 
 /* Every send of a closing QP has completed, and the device has raised
  * LAST_WQE_REACHED, or, where it never does (rxe before Linux 6.5),
@@ -608,7 +627,7 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	int err = slice_key_drop(conn);
 
 	if (conn->slice.len)
-		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
 	destroy_print(srv, conn, now);
 	srv->nconns--;
 	srv->nclosing--;
@@ -620,21 +639,22 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 }
 
 /* Undo verbs_open() in reverse, once no QP is left. */
-static int verbs_close(struct server *srv, int err)
+static int verbs_close(struct device *dev, int err)
 {
-	if (srv->cq)
-		err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(srv->cq));
-	if (srv->srq)
-		err = undo(err, "ibv_destroy_srq", ibv_destroy_srq(srv->srq));
-	if (srv->recv_mr)
+	if (dev->cq)
+		err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(dev->cq));
+	if (dev->srq)
+		err = undo(err, "ibv_destroy_srq", ibv_destroy_srq(dev->srq));
+	if (dev->recv_mr)
 		err = undo(err, "ibv_dereg_mr(receive buffers)",
-			   ibv_dereg_mr(srv->recv_mr));
-	free(srv->recv_bufs);
-	if (srv->pool_mr)
+			   ibv_dereg_mr(dev->recv_mr));
+	free(dev->recv_bufs);
+	if (dev->pool_mr)
 		err = undo(err, "ibv_dereg_mr(pool)",
-			   ibv_dereg_mr(srv->pool_mr));
-	free(srv->pool_mem);
-	if (srv->pd)
-		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
+			   ibv_dereg_mr(dev->pool_mr));
+	free(dev->pool_mem);
+	pool_destroy(&dev->pool);
+	if (dev->pd)
+		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(dev->pd));
 	return err;
 }

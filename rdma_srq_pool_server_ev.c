@@ -1,18 +1,19 @@
 /*
- * rdma_srq_pool_server_ev.c - lends slices of one registered memory pool to
+ * rdma_srq_pool_server_ev.c - lends slices of a registered memory pool to
  * RDMA clients and checks the doorbells they ring: the event-driven twin
  * of rdma_pool_server.c (read that first).  One thread sleeps in poll()
- * until the connection manager (CM), the completion queue (CQ) or the
- * device has news.  The core path, in the order it runs:
+ * until the connection manager (CM), or a device's completion queue (CQ)
+ * or its own events, have news.  The core path, in the order it runs:
  *
  *   main                listen (listen_open); serve, the event loop, which
  *                       sleeps as long as poll_timeout says; at the end,
- *                       undo it all (verbs_close)
+ *                       undo it all (verbs_close, each device)
  *     cm_handle         a client's connect request (on_connect_request; the
- *                       first opens the verbs: verbs_open, pool_register,
- *                       srq_open, recv_post, cq_open, replies_open; each
- *                       a QP, conn_create), or a client gone (conn_close)
- *     async_handle      the device's own events: LAST_WQE_REACHED
+ *                       first through a device opens it: verbs_open,
+ *                       pool_register, srq_open, recv_post, cq_open,
+ *                       replies_open; each a QP, conn_create), or a
+ *                       client gone (conn_close)
+ *     async_handle      a device's own events: LAST_WQE_REACHED
  *     cq_event          get the CQ's event, ack it, drain the CQ, re-arm it,
  *                       or poll on (spin_on)
  *     cq_drain          each completion to on_completion, via conn_find:
@@ -47,28 +48,29 @@ static int serve(struct server *srv);
 static int poll_timeout(struct server *srv);
 static int cm_handle(struct server *srv);
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id);
-static int verbs_open(struct server *srv, struct ibv_context *verbs);
-static int pool_register(struct server *srv);
-static int srq_open(struct server *srv);
-static int recv_post(struct server *srv, uint32_t index);
-static int cq_open(struct server *srv);
-static int replies_open(struct server *srv);
-static int conn_create(struct server *srv, struct rdma_cm_id *id);
-static int cq_event(struct server *srv, bool woken);
-static bool spin_on(struct server *srv, int completions);
-static int on_completion(struct server *srv, const struct ibv_wc *wc);
+static int verbs_open(struct server *srv, struct device *dev,
+		      struct ibv_context *verbs);
+static int pool_register(struct server *srv, struct device *dev);
+static int srq_open(struct server *srv, struct device *dev);
+static int recv_post(struct device *dev, uint32_t index);
+static int cq_open(struct server *srv, struct device *dev);
+static int replies_open(struct server *srv, struct device *dev);
+static int conn_create(struct server *srv, struct device *dev,
+		       struct rdma_cm_id *id);
+static int cq_event(struct server *srv, struct device *dev, bool woken);
+static bool spin_on(struct server *srv, struct device *dev, int completions);
+static int on_completion(struct server *srv, struct device *dev,
+			 const struct ibv_wc *wc);
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len);
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply);
-static uint8_t *reply_buffer_take(struct server *srv, struct conn *conn,
-				  struct ibv_send_wr *wr);
-static void reply_buffer_put(struct server *srv, struct conn *conn,
-			     uint64_t wr_id);
+static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr);
+static void reply_buffer_put(struct conn *conn, uint64_t wr_id);
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
 static bool conn_quiet(const struct conn *conn, double now);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
-static int verbs_close(struct server *srv, int err);
+static int verbs_close(struct device *dev, int err);
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
 int main(int argc, char **argv)
@@ -84,18 +86,16 @@ int main(int argc, char **argv)
 	err = devices_fit(&srv);
 	if (err)
 		goto out;
-	err = pool_init(&srv.pool, srv.opt.pool_size);
-	if (err)
-		goto out;
 	err = signals_open(&srv);
 	if (err)
-		goto out_free_pool;
+		goto out;
 	err = listen_open(&srv);
 	if (err)
 		goto out_destroy_listener;
 	err = serve(&srv);
 	err = undo(err, NULL, conns_close_all(&srv));
-	err = verbs_close(&srv, err);
+	for (unsigned int i = srv.ndevices; i-- > 0;)
+		err = verbs_close(&srv.devices[i], err);
 out_destroy_listener:
 	if (srv.listener && rdma_destroy_id(srv.listener))
 		err = undo(err, "rdma_destroy_id(listener)", errno);
@@ -103,8 +103,6 @@ out_destroy_listener:
 		rdma_destroy_event_channel(srv.events);
 	if (srv.sigfd >= 0)
 		close(srv.sigfd);
-out_free_pool:
-	pool_destroy(&srv.pool);
 out:
 	return err ? EXIT_FAILURE : EXIT_SUCCESS;
 }
@@ -137,35 +135,47 @@ static int listen_open(struct server *srv)
 	return 0;
 }
 
-/* Sleep in poll() until a CM, CQ or async event or a signal, or the next
- * deadline (poll_timeout()); no device fd before the first client. */
+/* Sleep in poll() until a CM event or a signal, or a CQ or async event of
+ * a device in use, or the next deadline (poll_timeout()): two fds for each
+ * device, from its first client on. */
 static int serve(struct server *srv)
 {
-	enum { CM, SIG, CQ, ASYNC };
-	struct pollfd fds[] = {
+	enum { CM, SIG, DEVICES }; /* then each device's CQ and ASYNC */
+	enum { CQ, ASYNC };
+	struct pollfd fds[DEVICES + 2 * MAX_DEVICES] = {
 		[CM] = { .fd = srv->events->fd, .events = POLLIN },
 		[SIG] = { .fd = srv->sigfd, .events = POLLIN },
-		[CQ] = { .fd = -1, .events = POLLIN },
-		[ASYNC] = { .fd = -1, .events = POLLIN },
 	};
 	int signo = 0, err;
 
 	while (!signo) {
-		fds[CQ].fd = srv->comp ? srv->comp->fd : -1;
-		fds[ASYNC].fd = srv->verbs ? srv->verbs->async_fd : -1;
-		if (poll(fds, 4, poll_timeout(srv)) < 0) {
+		unsigned int n = srv->ndevices; /* cm_handle() may open one */
+
+		for (unsigned int i = 0; i < n; i++) {
+			struct device *dev = &srv->devices[i];
+			struct pollfd *f = &fds[DEVICES + 2 * i];
+
+			f[CQ] = (struct pollfd){ .fd = dev->comp->fd,
+						 .events = POLLIN };
+			f[ASYNC] = (struct pollfd){ .fd = dev->verbs->async_fd,
+						    .events = POLLIN };
+		}
+		if (poll(fds, DEVICES + 2 * n, poll_timeout(srv)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return fail("poll", errno);
 		}
 		err = fds[CM].revents ? cm_handle(srv) : 0;
-		if (err < 0)
-			return err;
-		err = fds[ASYNC].revents ? async_handle(srv) : 0;
-		if (err < 0)
-			return err;
-		if (fds[CQ].revents || srv->spinning || srv->cq_more)
-			err = cq_event(srv, fds[CQ].revents);
+		for (unsigned int i = 0; i < n && err >= 0; i++) {
+			struct device *dev = &srv->devices[i];
+			struct pollfd *f = &fds[DEVICES + 2 * i];
+
+			if (f[ASYNC].revents)
+				err = async_handle(srv, dev);
+			if (err >= 0 &&
+			    (f[CQ].revents || dev->spinning || dev->cq_more))
+				err = cq_event(srv, dev, f[CQ].revents);
+		}
 		if (err < 0)
 			return err;
 		err = conns_reap(srv);
@@ -190,8 +200,9 @@ static int poll_timeout(struct server *srv)
 {
 	int due = conns_watch(srv);
 
-	if (srv->spinning || srv->cq_more)
-		return 0;
+	for (unsigned int i = 0; i < srv->ndevices; i++)
+		if (srv->devices[i].spinning || srv->devices[i].cq_more)
+			return 0;
 	if (srv->nclosing && due > REAP_MS)
 		return REAP_MS;
 	return due;
@@ -220,17 +231,19 @@ static int cm_handle(struct server *srv)
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED: /* its RTU */
 		conn->established = true;
-		if (!conn->closing)
-			say(&srv->out, "connect qp=0x%" PRIx32 "\n",
-			    conn->qp_num);
+		if (!conn->closing) /* a QP number is its device's own */
+			say(&srv->out, "connect qp=0x%" PRIx32 " device=%s\n",
+			    conn->qp_num,
+			    ibv_get_device_name(id->verbs->device));
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or our own */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
-		err = cq_drain(srv); /* first its last doorbells */
-		if (conn)
+		if (conn) {
+			err = cq_drain(srv, conn->dev); /* its last doorbells */
 			conn_close(srv, conn);
+		}
 		break;
 	default:
 		err = cm_other(type); /* TIMEWAIT_EXIT, DEVICE_REMOVAL... */
@@ -238,75 +251,87 @@ static int cm_handle(struct server *srv)
 	return err < 0 ? err : 1;
 }
 
-/* A client: accepted, or refused with a reason it is told. */
+/* A client: accepted, or refused with a reason it is told.  The CM chose
+ * the device that carries its address (id->verbs); the first client
+ * through a device opens what that device needs. */
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
 	const char *refusal;
 	int err = conn_refusal(srv, id, &refusal);
+	struct device *dev = device_find(srv, id->verbs);
 
-	if (!refusal && !srv->verbs) {
-		err = verbs_open(srv, id->verbs);
+	if (!refusal && !dev) {
+		dev = &srv->devices[srv->ndevices++];
+		err = verbs_open(srv, dev, id->verbs);
 		refusal = err ? "server-setup-failed" : NULL;
 	}
-	if (!refusal && conn_create(srv, id))
+	if (!refusal && conn_create(srv, dev, id))
 		refusal = "connection-setup-failed";
 	if (refusal)
 		conn_reject(srv, id, refusal);
 	return err;
 }
 
-/* On the device of the first connect request (we learn it then).  A QP
- * may only use memory registered in its own protection domain (PD). */
-static int verbs_open(struct server *srv, struct ibv_context *verbs)
+/* What one device needs, on the first connect request through it (we
+ * learn the device then).  A QP may only use memory registered in its own
+ * protection domain (PD), and a PD belongs to one device. */
+static int verbs_open(struct server *srv, struct device *dev,
+		      struct ibv_context *verbs)
 {
 	int err;
 
-	srv->verbs = verbs;
+	dev->verbs = verbs;
 	if (fcntl(verbs->async_fd, F_SETFL, O_NONBLOCK))
 		return fail("fcntl(async_fd, O_NONBLOCK)", errno);
-	srv->pd = ibv_alloc_pd(verbs);
-	if (!srv->pd)
+	dev->pd = ibv_alloc_pd(verbs);
+	if (!dev->pd)
 		return fail("ibv_alloc_pd", errno);
-	err = pool_register(srv);
+	err = pool_register(srv, dev);
 	if (err)
 		return err;
-	err = srq_open(srv);
+	err = srq_open(srv, dev);
 	if (err)
 		return err;
-	err = cq_open(srv);
+	err = cq_open(srv, dev);
 	if (err)
 		return err;
-	return replies_open(srv);
+	return replies_open(srv, dev);
 }
 
 /* Registering pins the pool and gives the NIC its translation; the rkey
  * lets RDMA WRITEs in (REMOTE_WRITE needs LOCAL_WRITE), nothing else. */
-static int pool_register(struct server *srv)
+static int pool_register(struct server *srv, struct device *dev)
 {
 	size_t size = srv->opt.pool_size;
+	int err = pool_init(&dev->pool, size); /* its chunks' bitmap */
 
-	srv->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
-	if (!srv->pool_mem)
+	if (err)
+		return err;
+	dev->pool_mem = aligned_alloc(POOL_CHUNK_SIZE, size);
+	if (!dev->pool_mem)
 		return fail("aligned_alloc(pool)", ENOMEM);
-	memset(srv->pool_mem, 0, size);
+	memset(dev->pool_mem, 0, size);
 	if (srv->opt.isolation != ISOLATION_NONE)
-		return pool_keyless(srv); /* no key to all of the pool */
-	srv->pool_mr =
-		ibv_reg_mr(srv->pd, srv->pool_mem, size,
+		return pool_keyless(srv, dev); /* no key to all of the pool */
+	dev->pool_mr =
+		ibv_reg_mr(dev->pd, dev->pool_mem, size,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!srv->pool_mr)
+	if (!dev->pool_mr)
 		return fail("ibv_reg_mr(pool)", errno);
-	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
-	    (uintptr_t)srv->pool_mem, size, srv->pool_mr->rkey);
+	say(&srv->out,
+	    "pool device=%s addr=0x%" PRIxPTR " size=%zu rkey=0x%" PRIx32 "\n",
+	    ibv_get_device_name(dev->verbs->device), (uintptr_t)dev->pool_mem,
+	    size, dev->pool_mr->rkey);
 	return 0;
 }
 
 /* A few bytes too many still get an EBADMSG reply. */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
 
-/* Receive buffers for all QPs.  Empty, the NIC answers "receiver not
- * ready" (RNR) and the client's NIC retries: slower, nothing lost. */
-static int srq_open(struct server *srv)
+/* Receive buffers for all QPs of the device.  Empty, the NIC answers
+ * "receiver not ready" (RNR) and the client's NIC retries: slower,
+ * nothing lost. */
+static int srq_open(struct server *srv, struct device *dev)
 {
 	uint32_t depth = srv->opt.srq_depth;
 	struct ibv_srq_init_attr attr = {
@@ -314,83 +339,85 @@ static int srq_open(struct server *srv)
 		.attr.max_sge = 1,
 	};
 
-	srv->recv_bufs = calloc(depth, RECV_BUF_SIZE);
-	if (!srv->recv_bufs)
+	dev->recv_bufs = calloc(depth, RECV_BUF_SIZE);
+	if (!dev->recv_bufs)
 		return fail("calloc(receive buffers)", ENOMEM);
-	srv->recv_mr =
-		ibv_reg_mr(srv->pd, srv->recv_bufs, depth * RECV_BUF_SIZE,
+	dev->recv_mr =
+		ibv_reg_mr(dev->pd, dev->recv_bufs, depth * RECV_BUF_SIZE,
 			   IBV_ACCESS_LOCAL_WRITE);
-	if (!srv->recv_mr)
+	if (!dev->recv_mr)
 		return fail("ibv_reg_mr(receive buffers)", errno);
-	srv->srq = ibv_create_srq(srv->pd, &attr);
-	if (!srv->srq)
+	dev->srq = ibv_create_srq(dev->pd, &attr);
+	if (!dev->srq)
 		return fail("ibv_create_srq", errno);
 	for (uint32_t i = 0; i < depth; i++) {
-		int err = recv_post(srv, i);
+		int err = recv_post(dev, i);
 
 		if (err)
 			return err;
 	}
-	return srq_limit_arm(srv);
+	return srq_limit_arm(srv, dev);
 }
 
 /* Offer receive buffer index to whichever client needs one next. */
-static int recv_post(struct server *srv, uint32_t index)
+static int recv_post(struct device *dev, uint32_t index)
 {
 	struct ibv_sge sge = {
-		.addr = (uintptr_t)(srv->recv_bufs + index * RECV_BUF_SIZE),
+		.addr = (uintptr_t)(dev->recv_bufs + index * RECV_BUF_SIZE),
 		.length = RECV_BUF_SIZE,
-		.lkey = srv->recv_mr->lkey,
+		.lkey = dev->recv_mr->lkey,
 	};
 	struct ibv_recv_wr wr = {
 		.wr_id = WRID_RECV | index,
 		.sg_list = &sge,
 		.num_sge = 1,
 	}, *bad;
-	int ret = ibv_post_srq_recv(srv->srq, &wr, &bad);
+	int ret = ibv_post_srq_recv(dev->srq, &wr, &bad);
 
 	if (ret)
 		return fail("ibv_post_srq_recv", ret);
-	srv->recvs_posted++;
+	dev->recvs_posted++;
 	return 0;
 }
 
-/* One CQ for all sends and receives, with room for all that can be
- * outstanding: one per SRQ receive, SQ_DEPTH a connection (conn_refusal()). */
-static int cq_open(struct server *srv)
+/* One CQ for all the device's sends and receives, with room for all that
+ * can be outstanding: one per SRQ receive, SQ_DEPTH a connection, for
+ * every one of --max-conns may come through this device (conn_refusal()).
+ */
+static int cq_open(struct server *srv, struct device *dev)
 {
 	int depth = (int)(srv->opt.srq_depth + srv->opt.max_conns * SQ_DEPTH);
 	int ret;
 
 	/* Its fd turns readable when a completion reaches the CQ armed. */
-	srv->comp = ibv_create_comp_channel(srv->verbs);
-	if (!srv->comp)
+	dev->comp = ibv_create_comp_channel(dev->verbs);
+	if (!dev->comp)
 		return fail("ibv_create_comp_channel", errno);
-	srv->cq = ibv_create_cq(srv->verbs, depth, NULL, srv->comp, 0);
-	if (!srv->cq)
+	dev->cq = ibv_create_cq(dev->verbs, depth, NULL, dev->comp, 0);
+	if (!dev->cq)
 		return fail("ibv_create_cq", errno);
-	ret = ibv_req_notify_cq(srv->cq, 0);
+	ret = ibv_req_notify_cq(dev->cq, 0);
 	return ret ? fail("ibv_req_notify_cq", ret) : 0;
 }
 
 /* Replies from registered buffers (inline, the polling server's, suits
  * only small messages), on a stack of free ones: the device may read a
  * buffer until its send completes, so it is taken till that wr_id. */
-static int replies_open(struct server *srv)
+static int replies_open(struct server *srv, struct device *dev)
 {
 	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
 
-	srv->send_bufs = calloc(count, CTRL_MSG_SIZE);
-	srv->send_free = calloc(count, sizeof(*srv->send_free));
-	srv->send_owner = calloc(count, sizeof(*srv->send_owner));
-	if (!srv->send_bufs || !srv->send_free || !srv->send_owner)
+	dev->send_bufs = calloc(count, CTRL_MSG_SIZE);
+	dev->send_free = calloc(count, sizeof(*dev->send_free));
+	dev->send_owner = calloc(count, sizeof(*dev->send_owner));
+	if (!dev->send_bufs || !dev->send_free || !dev->send_owner)
 		return fail("calloc(reply buffers)", ENOMEM);
-	srv->send_mr =
-		ibv_reg_mr(srv->pd, srv->send_bufs, count * CTRL_MSG_SIZE, 0);
-	if (!srv->send_mr)
+	dev->send_mr =
+		ibv_reg_mr(dev->pd, dev->send_bufs, count * CTRL_MSG_SIZE, 0);
+	if (!dev->send_mr)
 		return fail("ibv_reg_mr(reply buffers)", errno);
 	for (uint32_t i = 0; i < count; i++)
-		srv->send_free[srv->nsend_free++] = i;
+		dev->send_free[dev->nsend_free++] = i;
 	return 0;
 }
 
@@ -400,12 +427,13 @@ static int replies_open(struct server *srv)
  * RESET to INIT, rdma_accept() to RTR and RTS and sends the reply (CM REP);
  * the client's RTU makes it ESTABLISHED.  responder_resources: READs served
  * at once; the protocol sends none, and one sent anyway is refused. */
-static int conn_create(struct server *srv, struct rdma_cm_id *id)
+static int conn_create(struct server *srv, struct device *dev,
+		       struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr = {
-		.send_cq = srv->cq,
-		.recv_cq = srv->cq,
-		.srq = srv->srq,
+		.send_cq = dev->cq,
+		.recv_cq = dev->cq,
+		.srq = dev->srq,
 		.qp_type = IBV_QPT_RC,
 		.cap.max_send_wr = SQ_DEPTH,
 		.cap.max_send_sge = 1,
@@ -420,7 +448,7 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 
 	if (!conn)
 		return fail("calloc(conn)", ENOMEM);
-	if (rdma_create_qp(id, srv->pd, &attr)) {
+	if (rdma_create_qp(id, dev->pd, &attr)) {
 		err = fail("rdma_create_qp", errno);
 		goto out_free;
 	}
@@ -430,6 +458,7 @@ static int conn_create(struct server *srv, struct rdma_cm_id *id)
 	}
 	rnr_timer_shorten(id->qp);
 	conn->id = id;
+	conn->dev = dev;
 	conn->qp_num = id->qp->qp_num;
 	conn->accepted_at = now_seconds();
 	conn->next = srv->conns;
@@ -471,22 +500,22 @@ void conn_close(struct server *srv, struct conn *conn)
 /* The device's asynchronous events (1; 0 if none), acked: a QP's destroy
  * waits for the acks of its events.  LAST_WQE_REACHED: a QP on the SRQ, in
  * the error state, takes no more of its receives (conn_quiet()). */
-int async_handle(struct server *srv)
+int async_handle(struct server *srv, struct device *dev)
 {
 	struct ibv_async_event event;
 	struct conn *conn;
 	int ret = 1;
 
-	if (ibv_get_async_event(srv->verbs, &event))
+	if (ibv_get_async_event(dev->verbs, &event))
 		return errno == EAGAIN ? 0 : fail("ibv_get_async_event", errno);
 	if (event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
-		conn = conn_find(srv, event.element.qp->qp_num);
+		conn = conn_find(srv, dev, event.element.qp->qp_num);
 		if (conn && !conn->closing) /* it broke: a bad write, say */
 			conn_drop(srv, conn, "qp_error");
 		if (conn)
 			conn->last_wqe = true;
 	} else {
-		ret = async_other(srv, &event); /* a QP broke, the CQ... */
+		ret = async_other(srv, dev, &event); /* a QP broke, the CQ */
 	}
 	ibv_ack_async_event(&event);
 	return ret;
@@ -497,24 +526,24 @@ int async_handle(struct server *srv)
  * (ibv_destroy_cq() waits for the acks), drain the CQ, re-arm it, drain
  * again: the re-arm missed those.  Not re-armed while a pass leaves some
  * (spin_on()): serve() comes back for them. */
-static int cq_event(struct server *srv, bool woken)
+static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
 	void *cq_context;
 	int n, ret;
 
-	if (woken && ibv_get_cq_event(srv->comp, &cq, &cq_context))
+	if (woken && ibv_get_cq_event(dev->comp, &cq, &cq_context))
 		return fail("ibv_get_cq_event", errno);
 	if (woken)
 		ibv_ack_cq_events(cq, 1);
-	n = cq_drain(srv);
-	if (n < 0 || spin_on(srv, n))
+	n = cq_drain(srv, dev);
+	if (n < 0 || spin_on(srv, dev, n))
 		return n < 0 ? n : 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
-	ret = ibv_req_notify_cq(srv->cq, 0);
+	ret = ibv_req_notify_cq(dev->cq, 0);
 	if (ret)
 		return fail("ibv_req_notify_cq", ret);
-	n = cq_drain(srv);
+	n = cq_drain(srv, dev);
 	return n < 0 ? n : 0;
 }
 
@@ -529,41 +558,41 @@ static int cq_event(struct server *srv, bool woken)
  * stays unarmed until a pass finds it empty, so a drain elsewhere that
  * empties it must not let the server sleep on a CQ that raises nothing.
  */
-static bool spin_on(struct server *srv, int completions)
+static bool spin_on(struct server *srv, struct device *dev, int completions)
 {
 	double now = now_seconds(), quiet_us;
 
-	if (completions > 0 || !srv->spinning)
-		srv->last_completion = now;
-	quiet_us = (now - srv->last_completion) * 1e6;
-	srv->spinning = srv->cq_more || quiet_us < srv->opt.busy_poll_us;
-	return srv->spinning;
+	if (completions > 0 || !dev->spinning)
+		dev->last_completion = now;
+	quiet_us = (now - dev->last_completion) * 1e6;
+	dev->spinning = dev->cq_more || quiet_us < srv->opt.busy_poll_us;
+	return dev->spinning;
 }
 
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
 
 /* The heart of the server: the CQ polled until it is empty, each completion
  * a client waiting, or for one SRQ depth of completions at most
- * (srv->cq_more: then serve() comes back at once, for an armed CQ raises
+ * (dev->cq_more: then serve() comes back at once, for an armed CQ raises
  * no event for completions already there).  How many, or the first error,
  * once the rest of its batch is handled. */
-int cq_drain(struct server *srv)
+int cq_drain(struct server *srv, struct device *dev)
 {
 	struct ibv_wc wc[CQ_BATCH];
 	int n, total = 0, err = 0;
 
 	do {
-		n = ibv_poll_cq(srv->cq, CQ_BATCH, wc);
+		n = ibv_poll_cq(dev->cq, CQ_BATCH, wc);
 		if (n < 0)
 			return fail("ibv_poll_cq", EIO);
 		for (int i = 0; i < n; i++) /* the first error is kept */
-			err = undo(err, NULL, on_completion(srv, &wc[i]));
+			err = undo(err, NULL, on_completion(srv, dev, &wc[i]));
 		if (err)
 			return err;
 		total += n;
 	} while (n > 0 && total < (int)srv->opt.srq_depth);
-	srv->cq_more = n > 0;
-	srv->polled += (uint64_t)total;
+	dev->cq_more = n > 0;
+	dev->polled += (uint64_t)total;
 	return total;
 }
 
@@ -571,9 +600,10 @@ int cq_drain(struct server *srv)
  * doorbell counts even once its connection is closing: a receive completes
  * successfully only before its QP enters the error state, so it landed
  * before the QP broke (whose event may have been handled first). */
-static int on_completion(struct server *srv, const struct ibv_wc *wc)
+static int on_completion(struct server *srv, struct device *dev,
+			 const struct ibv_wc *wc)
 {
-	struct conn *conn = conn_find(srv, wc->qp_num);
+	struct conn *conn = conn_find(srv, dev, wc->qp_num);
 	uint32_t index = WRID_INDEX(wc->wr_id);
 
 	if (conn && !wc->status && !conn->established)
@@ -581,27 +611,28 @@ static int on_completion(struct server *srv, const struct ibv_wc *wc)
 	if (!conn || wc->status || key_revoked(wc))
 		on_trouble(srv, conn, wc); /* failed, or a key revoked */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
-		on_request(srv, conn, srv->recv_bufs + index * RECV_BUF_SIZE,
+		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
 	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
 		on_doorbell(srv, conn, be32toh(wc->imm_data));
 
 	if (WRID_KIND(wc->wr_id) == WRID_RECV) {
-		srv->recvs_posted--;
-		return recv_post(srv, index);
+		dev->recvs_posted--;
+		return recv_post(dev, index);
 	}
 	if (conn) /* a reply, a probe or a window bind: one send fewer */
 		conn->sending--;
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) /* its buffer was read */
-		reply_buffer_put(srv, conn, wc->wr_id);
+		reply_buffer_put(conn, wc->wr_id);
 	return 0;
 }
 
-/* A walk of the list: what a completion costs more with more clients. */
-struct conn *conn_find(struct server *srv, uint32_t qp_num)
+/* A walk of the list: what a completion costs more with more clients.  A
+ * QP number is unique on its device only. */
+struct conn *conn_find(struct server *srv, struct device *dev, uint32_t qp_num)
 {
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		if (conn->qp_num == qp_num)
+		if (conn->qp_num == qp_num && conn->dev == dev)
 			return conn;
 	return NULL;
 }
@@ -610,9 +641,10 @@ struct conn *conn_find(struct server *srv, uint32_t qp_num)
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len)
 {
-	uint32_t asked, rkey = srv->pool_mr ? srv->pool_mr->rkey : 0;
-	int err = alloc_request(&srv->pool, buf, len, &conn->slice, &asked);
-	uint8_t *slice = srv->pool_mem + conn->slice.off;
+	struct device *dev = conn->dev;
+	uint32_t asked, rkey = dev->pool_mr ? dev->pool_mr->rkey : 0;
+	int err = alloc_request(&dev->pool, buf, len, &conn->slice, &asked);
+	uint8_t *slice = dev->pool_mem + conn->slice.off;
 	struct ctrl_msg reply = {
 		.magic = CTRL_MAGIC,
 		.version = CTRL_VERSION,
@@ -652,10 +684,10 @@ static void reply_send(struct server *srv, struct conn *conn,
 
 	if (reply_room(srv, conn))
 		return; /* it is closed */
-	msg_encode(reply, reply_buffer_take(srv, conn, &wr));
+	msg_encode(reply, reply_buffer_take(conn, &wr));
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
-		reply_buffer_put(srv, conn, wr.wr_id);
+		reply_buffer_put(conn, wr.wr_id);
 		report("ibv_post_send(reply)", ret);
 		conn_close(srv, conn);
 		return;
@@ -663,27 +695,29 @@ static void reply_send(struct server *srv, struct conn *conn,
 	conn->sending++;
 }
 
-/* A free buffer (reply_room() saw one), named in wr: wr_id, SGE. */
-static uint8_t *reply_buffer_take(struct server *srv, struct conn *conn,
-				  struct ibv_send_wr *wr)
+/* A free buffer of conn's device (reply_room() saw one), named in wr:
+ * wr_id, SGE. */
+static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr)
 {
-	uint32_t index = srv->send_free[--srv->nsend_free];
+	struct device *dev = conn->dev;
+	uint32_t index = dev->send_free[--dev->nsend_free];
 
-	srv->send_owner[index] = conn;
+	dev->send_owner[index] = conn;
 	wr->wr_id = WRID_SEND | index;
-	wr->sg_list->addr = (uintptr_t)(srv->send_bufs + index * CTRL_MSG_SIZE);
-	wr->sg_list->lkey = srv->send_mr->lkey;
-	return srv->send_bufs + index * CTRL_MSG_SIZE;
+	wr->sg_list->addr = (uintptr_t)(dev->send_bufs + index * CTRL_MSG_SIZE);
+	wr->sg_list->lkey = dev->send_mr->lkey;
+	return dev->send_bufs + index * CTRL_MSG_SIZE;
 }
 
 /* wr_id's buffer is free again, if conn still holds it: sends_abandon(). */
-static void reply_buffer_put(struct server *srv, struct conn *conn,
-			     uint64_t wr_id)
+static void reply_buffer_put(struct conn *conn, uint64_t wr_id)
 {
-	if (!conn || srv->send_owner[WRID_INDEX(wr_id)] != conn)
+	struct device *dev = conn ? conn->dev : NULL;
+
+	if (!conn || dev->send_owner[WRID_INDEX(wr_id)] != conn)
 		return;
-	srv->send_owner[WRID_INDEX(wr_id)] = NULL;
-	srv->send_free[srv->nsend_free++] = WRID_INDEX(wr_id);
+	dev->send_owner[WRID_INDEX(wr_id)] = NULL;
+	dev->send_free[dev->nsend_free++] = WRID_INDEX(wr_id);
 }
 
 /* The NIC completes the doorbell's receive only once its write, and all
@@ -693,12 +727,12 @@ static void reply_buffer_put(struct server *srv, struct conn *conn,
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 {
 	uint32_t slots = conn->slice.len / 4, value = 0;
-	uint8_t *slot = srv->pool_mem + conn->slice.off;
+	uint8_t *slot = conn->dev->pool_mem + conn->slice.off;
 
 	if (slots)
 		memcpy(&value, slot + (size_t)(seq - 1) % slots * 4, 4);
 	value = be32toh(value);
-	srv->doorbells++;
+	conn->dev->doorbells++;
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
@@ -709,12 +743,12 @@ int conns_reap(struct server *srv)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
-	int n = srv->nclosing ? cq_drain(srv) : 0, err = 0; /* the last first */
+	int n = srv->nclosing ? devices_drain(srv) : 0, err = 0; /* the last */
 
 	if (n < 0)
 		return n;
 	while ((conn = *link)) {
-		if (!conn_quiet(conn, now) || !cq_past(srv, conn)) {
+		if (!conn_quiet(conn, now) || !cq_past(conn)) {
 			link = &conn->next;
 			continue;
 		}
@@ -723,9 +757,6 @@ int conns_reap(struct server *srv)
 	}
 	return err;
 }
-
-#define CLOSE_TIMEOUT_MS 2000  /* waiting for LAST_WQE_REACHED at most */
-#define CLOSE_GIVE_UP_MS 10000 /* a send not flushed by then never will be */
 
 /* Every send of a closing QP has completed, and the device has raised
  * LAST_WQE_REACHED, or, where it never does (rxe before Linux 6.5),
@@ -748,7 +779,7 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	int err = slice_key_drop(conn);
 
 	if (conn->slice.len)
-		pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
 	destroy_print(srv, conn, now);
 	srv->nconns--;
 	srv->nclosing--;
@@ -760,30 +791,31 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 }
 
 /* Undo verbs_open() in reverse, once no QP is left. */
-static int verbs_close(struct server *srv, int err)
+static int verbs_close(struct device *dev, int err)
 {
-	if (srv->send_mr)
+	if (dev->send_mr)
 		err = undo(err, "ibv_dereg_mr(reply buffers)",
-			   ibv_dereg_mr(srv->send_mr));
-	free(srv->send_owner);
-	free(srv->send_free);
-	free(srv->send_bufs);
-	if (srv->cq)
-		err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(srv->cq));
-	if (srv->comp)
+			   ibv_dereg_mr(dev->send_mr));
+	free(dev->send_owner);
+	free(dev->send_free);
+	free(dev->send_bufs);
+	if (dev->cq)
+		err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(dev->cq));
+	if (dev->comp)
 		err = undo(err, "ibv_destroy_comp_channel",
-			   ibv_destroy_comp_channel(srv->comp));
-	if (srv->srq)
-		err = undo(err, "ibv_destroy_srq", ibv_destroy_srq(srv->srq));
-	if (srv->recv_mr)
+			   ibv_destroy_comp_channel(dev->comp));
+	if (dev->srq)
+		err = undo(err, "ibv_destroy_srq", ibv_destroy_srq(dev->srq));
+	if (dev->recv_mr)
 		err = undo(err, "ibv_dereg_mr(receive buffers)",
-			   ibv_dereg_mr(srv->recv_mr));
-	free(srv->recv_bufs);
-	if (srv->pool_mr)
+			   ibv_dereg_mr(dev->recv_mr));
+	free(dev->recv_bufs);
+	if (dev->pool_mr)
 		err = undo(err, "ibv_dereg_mr(pool)",
-			   ibv_dereg_mr(srv->pool_mr));
-	free(srv->pool_mem);
-	if (srv->pd)
-		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(srv->pd));
+			   ibv_dereg_mr(dev->pool_mr));
+	free(dev->pool_mem);
+	pool_destroy(&dev->pool);
+	if (dev->pd)
+		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(dev->pd));
 	return err;
 }

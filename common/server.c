@@ -53,8 +53,8 @@ static void usage(FILE *out, bool busy_poll)
 		"  -a, --address ADDR     address to listen on, IPv4 or IPv6\n"
 		"                         (default ::, every address of both\n"
 		"                         families)\n"
-		"      --pool-size BYTES  size of the pool, a multiple of %d\n"
-		"                         (default %u)\n"
+		"      --pool-size BYTES  size of each RDMA device's pool, a\n"
+		"                         multiple of %d (default %u)\n"
 		"      --srq-depth N      receives kept posted (default %d)\n"
 		"      --max-conns N      clients at once (default %d)\n"
 		"      --isolation MODE   none: every client gets the pool's\n"
@@ -260,25 +260,57 @@ int signals_open(struct server *srv)
 }
 
 /*
- * What is in use right now.  Once every client has gone, and its QP with
- * it: 0 connections, 0 closing, 0 chunks, every receive posted and, in the
- * event-driven server, every reply buffer free; anything else was lost.
+ * What is in use right now on one device, or on all (dev NULL).  Once
+ * every client has gone, and its QP with it: 0 connections, 0 closing, 0
+ * chunks, every receive posted and, in the event-driven server, every
+ * reply buffer free; anything else was lost.
  */
-static void stats_print(struct server *srv, const char *what)
+static void stats_line(struct server *srv, const char *what,
+		       const struct device *dev)
 {
-	uint32_t replies = srv->send_mr ? srv->opt.max_conns * SEND_DEPTH : 0;
-	char buffers[64] = "";
+	unsigned int live = 0, closing = 0;
+	uint32_t posted = 0, depth = 0, unused = 0, replies = 0;
+	uint64_t doorbells = 0;
+	size_t chunks = 0;
+	char name[80] = "", buffers[64] = "";
 
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next) {
+		if (dev && conn->dev != dev)
+			continue;
+		live += !conn->closing;
+		closing += conn->closing;
+	}
+	for (unsigned int i = 0; i < srv->ndevices; i++) {
+		const struct device *d = &srv->devices[i];
+
+		if (dev && d != dev)
+			continue;
+		chunks += d->pool.used;
+		doorbells += d->doorbells;
+		posted += d->recvs_posted;
+		depth += srv->opt.srq_depth;
+		unused += d->nsend_free;
+		replies += srv->opt.max_conns * SEND_DEPTH;
+	}
+	if (dev)
+		snprintf(name, sizeof(name), " device=%s",
+			 ibv_get_device_name(dev->verbs->device));
 	if (srv->reply_buffer_put) /* the event-driven server's */
 		snprintf(buffers, sizeof(buffers),
-			 " replies_free=%" PRIu32 "/%" PRIu32, srv->nsend_free,
-			 replies);
+			 " replies_free=%" PRIu32 "/%" PRIu32, unused, replies);
 	say(&srv->out,
-	    "%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
+	    "%s%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
 	    " closing=%u recvs_posted=%" PRIu32 "/%" PRIu32 "%s\n",
-	    what, srv->nconns - srv->nclosing, srv->pool.used, srv->doorbells,
-	    srv->nclosing, srv->recvs_posted, srv->srq ? srv->opt.srq_depth : 0,
+	    what, name, live, chunks, doorbells, closing, posted, depth,
 	    buffers);
+}
+
+/* A line for each device in use, then the sums of them all. */
+static void stats_print(struct server *srv, const char *what)
+{
+	for (unsigned int i = 0; i < srv->ndevices; i++)
+		stats_line(srv, what, &srv->devices[i]);
+	stats_line(srv, what, NULL);
 }
 
 /*
@@ -525,7 +557,8 @@ void handshake_finish(struct conn *conn)
 /* Any other asynchronous event: named.  A QP that broke is closed; a CQ,
  * an SRQ or a device that broke stops the server (-EIO); a connection
  * that receives before its RTU came is established (handshake_finish()). */
-int async_other(struct server *srv, const struct ibv_async_event *event)
+int async_other(struct server *srv, struct device *dev,
+		const struct ibv_async_event *event)
 {
 	const char *name = async_event_name(event->event_type);
 	struct conn *conn;
@@ -536,14 +569,14 @@ int async_other(struct server *srv, const struct ibv_async_event *event)
 	case IBV_EVENT_QP_ACCESS_ERR:
 		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
 		    event->element.qp->qp_num);
-		conn = conn_find(srv, event->element.qp->qp_num);
+		conn = conn_find(srv, dev, event->element.qp->qp_num);
 		if (conn)
 			conn_close(srv, conn);
 		return 1;
 	case IBV_EVENT_COMM_EST:
 		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
 		    event->element.qp->qp_num);
-		conn = conn_find(srv, event->element.qp->qp_num);
+		conn = conn_find(srv, dev, event->element.qp->qp_num);
 		if (conn && !conn->established)
 			handshake_finish(conn);
 		return 1;
@@ -567,13 +600,31 @@ int async_other(struct server *srv, const struct ibv_async_event *event)
  * completions as the CQ holds have been taken since conn was found quiet.
  * A CQ is first in, first out: what it held then has come out by now.
  */
-bool cq_past(struct server *srv, struct conn *conn)
+bool cq_past(struct conn *conn)
 {
-	if (!srv->cq_more)
+	struct device *dev = conn->dev;
+
+	if (!dev->cq_more)
 		return true;
 	if (!conn->quiet_mark)
-		conn->quiet_mark = srv->polled + (uint64_t)srv->cq->cqe;
-	return srv->polled >= conn->quiet_mark;
+		conn->quiet_mark = dev->polled + (uint64_t)dev->cq->cqe;
+	return dev->polled >= conn->quiet_mark;
+}
+
+/* Every device's CQ drained (cq_drain()): how many completions, or the
+ * first error. */
+int devices_drain(struct server *srv)
+{
+	int total = 0;
+
+	for (unsigned int i = 0; i < srv->ndevices; i++) {
+		int n = cq_drain(srv, &srv->devices[i]);
+
+		if (n < 0)
+			return n;
+		total += n;
+	}
+	return total;
 }
 
 /*
@@ -590,8 +641,7 @@ static void sends_abandon(struct server *srv, struct conn *conn)
 	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
 
 	for (uint32_t i = 0; srv->reply_buffer_put && i < count; i++)
-		srv->reply_buffer_put(srv, conn,
-				      WRID_SEND | i); /* given back */
+		srv->reply_buffer_put(conn, WRID_SEND | i); /* given back */
 	srv->sends_abandoned += conn->sending;
 	errorf("qp=0x%" PRIx32 ": %u sends still outstanding after %d ms: "
 	       "destroying it anyway",
@@ -732,14 +782,14 @@ int devices_fit(struct server *srv)
  * keeping up and clients are about to hear "receiver not ready".  The limit
  * disarms itself when it fires; we do not re-arm it, one line is enough.
  */
-int srq_limit_arm(struct server *srv)
+int srq_limit_arm(struct server *srv, struct device *dev)
 {
 	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
 	int ret;
 
 	if (!attr.srq_limit)
 		return 0;
-	ret = ibv_modify_srq(srv->srq, &attr, IBV_SRQ_LIMIT);
+	ret = ibv_modify_srq(dev->srq, &attr, IBV_SRQ_LIMIT);
 	return ret ? fail("ibv_modify_srq(srq_limit)", ret) : 0;
 }
 
@@ -871,15 +921,15 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
 
 /*
  * Why a connect request must be refused, in *refusal, or NULL: it came
- * through a device that cannot take the settings (device_refusal()), or
- * another device than the first (a listener on 0.0.0.0 may hear several),
- * or its address has --handshakes-per-source connections in their
- * handshake already, or broke too many (breaks_count()), or the server is
- * full.  The handshake deadline frees a place a half-open peer took, but
- * such a peer can take it again at once: the limit per address keeps one
- * host from holding every place that way (a peer with many addresses
- * still can).  At the limit, drain the CQ first: a flushed send may have
- * freed a place.  Returns the drain's error, if it failed.
+ * through a device not in use yet that cannot take the settings
+ * (device_refusal()), or MAX_DEVICES are in use already; or its address
+ * has --handshakes-per-source connections in their handshake already, or
+ * broke too many (breaks_count()); or the server is full.  The handshake
+ * deadline frees a place a half-open peer took, but such a peer can take
+ * it again at once: the limit per address keeps one host from holding
+ * every place that way (a peer with many addresses still can).  At the
+ * limit, drain the CQs first: a flushed send may have freed a place.
+ * Returns the drain's error, if it failed.
  */
 int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		 const char **refusal)
@@ -887,20 +937,32 @@ int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 	int n = 0;
 
 	*refusal = NULL;
-	if (!srv->verbs)
-		*refusal = device_refusal(srv, id->verbs, false);
-	else if (id->verbs != srv->verbs)
-		*refusal = "other-device";
-	else if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
+	if (!device_find(srv, id->verbs)) /* a device not in use yet */
+		*refusal = srv->ndevices < MAX_DEVICES
+				   ? device_refusal(srv, id->verbs, false)
+				   : "too-many-devices";
+	if (*refusal)
+		return 0;
+	if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
 		*refusal = "source-busy";
 	else if (source_penalized(srv, id))
 		*refusal = "source-penalized";
 	else if (conns_sending(srv) >= srv->opt.max_conns)
-		n = cq_drain(srv);
-	if (!*refusal && srv->verbs &&
-	    (n < 0 || conns_sending(srv) >= srv->opt.max_conns))
+		n = devices_drain(srv);
+	if (!*refusal && (n < 0 || conns_sending(srv) >= srv->opt.max_conns))
 		*refusal = "server-full";
 	return n < 0 ? n : 0;
+}
+
+/* The device in use whose context is verbs, or NULL: librdmacm opens each
+ * device once and gives every cm_id on it that one context
+ * (ucma_get_device() in its cma.c). */
+struct device *device_find(struct server *srv, struct ibv_context *verbs)
+{
+	for (unsigned int i = 0; i < srv->ndevices; i++)
+		if (srv->devices[i].verbs == verbs)
+			return &srv->devices[i];
+	return NULL;
 }
 
 /*
@@ -912,7 +974,7 @@ int conn_refusal(struct server *srv, struct rdma_cm_id *id,
  */
 int reply_room(struct server *srv, struct conn *conn)
 {
-	if (srv->reply_buffer_put && !srv->nsend_free) {
+	if (srv->reply_buffer_put && !conn->dev->nsend_free) {
 		errorf("no reply buffer is free (all %u are in flight): "
 		       "qp=0x%" PRIx32 " gets no reply and is disconnected",
 		       srv->opt.max_conns * SEND_DEPTH, conn->qp_num);
@@ -1036,12 +1098,11 @@ int conns_close_all(struct server *srv)
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
 		conn_close(srv, conn);
 	while (srv->conns && ret >= 0) {
-		while ((ret = async_handle(srv)) > 0)
-			;
-		if (ret == 0)
-			ret = cq_drain(srv);
+		for (unsigned int i = 0; i < srv->ndevices && ret >= 0; i++)
+			while ((ret = async_handle(srv, &srv->devices[i])) > 0)
+				;
 		if (ret >= 0)
-			ret = conns_reap(srv);
+			ret = conns_reap(srv); /* which drains every CQ first */
 		nanosleep(&pause, NULL);
 	}
 	if (srv->stopped_by)
@@ -1074,10 +1135,12 @@ struct slice_key {
 
 /* The pool is not registered as a whole: no key to all of it exists to
  * be printed, leaked or guessed. */
-int pool_keyless(struct server *srv)
+int pool_keyless(struct server *srv, struct device *dev)
 {
-	say(&srv->out, "pool addr=0x%" PRIxPTR " size=%" PRIu32 " rkey=none\n",
-	    (uintptr_t)srv->pool_mem, srv->opt.pool_size);
+	say(&srv->out,
+	    "pool device=%s addr=0x%" PRIxPTR " size=%" PRIu32 " rkey=none\n",
+	    ibv_get_device_name(dev->verbs->device), (uintptr_t)dev->pool_mem,
+	    srv->opt.pool_size);
 	return 0;
 }
 
@@ -1089,7 +1152,7 @@ int pool_keyless(struct server *srv)
  * send, so that conn->sending counts all that can still complete; SQ_DEPTH
  * keeps it a send queue entry.
  */
-static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
+static int window_post(struct conn *conn, uint32_t rkey)
 {
 	struct ibv_send_wr wr = {
 		.wr_id = WRID_BIND,
@@ -1099,7 +1162,7 @@ static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
 		.bind_mw.rkey = rkey,
 		.bind_mw.bind_info.mr = conn->key->mr,
 		.bind_mw.bind_info.addr =
-			(uintptr_t)(srv->pool_mem + conn->slice.off),
+			(uintptr_t)(conn->dev->pool_mem + conn->slice.off),
 		.bind_mw.bind_info.length = conn->slice.len,
 		.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE,
 	}, *bad;
@@ -1143,7 +1206,7 @@ static int window_post(struct server *srv, struct conn *conn, uint32_t rkey)
  */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
-	uint8_t *slice = srv->pool_mem + conn->slice.off;
+	uint8_t *slice = conn->dev->pool_mem + conn->slice.off;
 	bool mw = srv->opt.isolation == ISOLATION_MW;
 	int access = IBV_ACCESS_LOCAL_WRITE |
 		     (mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE);
@@ -1157,7 +1220,7 @@ int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 		err = fail("calloc(slice key)", ENOMEM);
 		goto out_free_slice;
 	}
-	key->mr = ibv_reg_mr(srv->pd, slice, conn->slice.len, access);
+	key->mr = ibv_reg_mr(conn->dev->pd, slice, conn->slice.len, access);
 	if (!key->mr) {
 		err = fail("ibv_reg_mr(slice)", errno);
 		goto out_free_key;
@@ -1165,12 +1228,12 @@ int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 	key->rkey = key->mr->rkey;
 	conn->key = key;
 	if (mw) {
-		key->mw = ibv_alloc_mw(srv->pd, IBV_MW_TYPE_2);
+		key->mw = ibv_alloc_mw(conn->dev->pd, IBV_MW_TYPE_2);
 		if (!key->mw) {
 			err = fail("ibv_alloc_mw", errno);
 			goto out_dereg;
 		}
-		err = window_post(srv, conn, ibv_inc_rkey(key->mw->rkey));
+		err = window_post(conn, ibv_inc_rkey(key->mw->rkey));
 		if (err)
 			goto out_dealloc_mw;
 	}
@@ -1185,7 +1248,7 @@ out_dereg:
 out_free_key:
 	free(key);
 out_free_slice:
-	pool_free(&srv->pool, conn->slice.off, conn->slice.len);
+	pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
 	conn->slice = (struct slice){ 0 };
 	return err;
 }
@@ -1229,7 +1292,7 @@ static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey)
 	if (!victim || victim == conn || victim->closing)
 		return;
 	if (!victim->key->mw || victim->sending > SEND_DEPTH ||
-	    window_post(srv, victim, rkey))
+	    window_post(victim, rkey))
 		conn_drop(srv, victim, "key_lost");
 	else
 		say(&srv->out, "rebind qp=0x%" PRIx32 " rkey=0x%" PRIx32 "\n",

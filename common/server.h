@@ -57,6 +57,7 @@ struct options {
 
 struct conn {
 	struct rdma_cm_id *id;
+	struct device *dev; /* the device its QP is on */
 	uint32_t qp_num;
 	struct slice slice;   /* this client's part of the pool */
 	unsigned int sending; /* sends posted, not yet completed */
@@ -78,40 +79,52 @@ struct breaks {
 	uint32_t n;   /* breaks since */
 };
 
-struct server {
-	struct options opt;
-	struct rdma_event_channel *events;
-	struct rdma_cm_id *listener;
-	struct ibv_context *verbs; /* this and the rest: verbs_open() */
+/* What one RDMA device needs to serve clients: a PD, the pool registered
+ * in it, an SRQ and a CQ.  The first client through the device opens them
+ * (verbs_open()); they are kept until the server ends.  A QP can use only
+ * what was made on its own device, so every device has its own. */
+struct device {
+	struct ibv_context *verbs; /* rdma_cm's, opened for every device */
 	struct ibv_pd *pd;
+	struct pool pool; /* --pool-size of this device's own */
 	uint8_t *pool_mem, *recv_bufs;
 	struct ibv_mr *pool_mr, *recv_mr;
 	struct ibv_srq *srq;
 	struct ibv_cq *cq;
 	bool cq_more;	 /* cq_drain() stopped at its bound, not at empty */
 	uint64_t polled; /* completions cq_drain() has taken: cq_past() */
-	struct pool pool;
-	struct conn *conns;
-	struct breaks breaks[BREAK_SOURCES];
-	unsigned int nconns, nclosing; /* in conns; of them closing */
-	uint32_t recvs_posted;	       /* receives on the SRQ now */
-	uint64_t doorbells, sends_abandoned;
-	int sigfd, stopped_by; /* signals; the one that ended serve() */
-	struct outlet out;     /* say(): reports that never block */
+	uint32_t recvs_posted; /* receives on the SRQ now */
+	uint64_t doorbells;
 
 	/* The event-driven server's own; the polling one leaves them 0.  Its
 	 * completion channel, and hybrid polling (spin_on()): */
 	struct ibv_comp_channel *comp;
 	bool spinning;		/* polling the CQ unarmed */
 	double last_completion; /* while spinning */
-	/* Its registered reply buffers (replies_open()), and the hook that
-	 * gives one back if conn holds it: */
+	/* Its registered reply buffers (replies_open()): */
 	uint8_t *send_bufs;
 	struct ibv_mr *send_mr;
 	uint32_t *send_free, nsend_free; /* a stack of free reply buffers */
 	struct conn **send_owner;	 /* whose reply each buffer holds */
-	void (*reply_buffer_put)(struct server *srv, struct conn *conn,
-				 uint64_t wr_id);
+};
+
+#define MAX_DEVICES 16 /* served at once; a client of one more is refused */
+
+struct server {
+	struct options opt;
+	struct rdma_event_channel *events;
+	struct rdma_cm_id *listener;
+	struct device devices[MAX_DEVICES]; /* the first ndevices are open */
+	unsigned int ndevices;
+	struct conn *conns;
+	struct breaks breaks[BREAK_SOURCES];
+	unsigned int nconns, nclosing; /* in conns; of them closing */
+	uint64_t sends_abandoned;
+	int sigfd, stopped_by; /* signals; the one that ended serve() */
+	struct outlet out;     /* say(): reports that never block */
+	/* The event-driven server's hook that gives a reply buffer back if
+	 * conn holds it (the polling server replies inline: NULL). */
+	void (*reply_buffer_put)(struct conn *conn, uint64_t wr_id);
 };
 
 /* ---- the machinery (server.c), in the order the core path meets it ------ */
@@ -124,15 +137,18 @@ int signal_take(struct server *srv);
 int cm_other(enum rdma_cm_event_type type);
 int conn_refusal(struct server *srv, struct rdma_cm_id *id,
 		 const char **refusal);
+struct device *device_find(struct server *srv, struct ibv_context *verbs);
 void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason);
-int pool_keyless(struct server *srv);
-int srq_limit_arm(struct server *srv);
+int pool_keyless(struct server *srv, struct device *dev);
+int srq_limit_arm(struct server *srv, struct device *dev);
 void rnr_timer_shorten(struct ibv_qp *qp);
 void conn_drop(struct server *srv, struct conn *conn, const char *reason);
 void breaks_count(struct server *srv, struct conn *conn);
 void handshake_finish(struct conn *conn);
-bool cq_past(struct server *srv, struct conn *conn);
-int async_other(struct server *srv, const struct ibv_async_event *event);
+bool cq_past(struct conn *conn);
+int devices_drain(struct server *srv);
+int async_other(struct server *srv, struct device *dev,
+		const struct ibv_async_event *event);
 bool key_revoked(const struct ibv_wc *wc);
 void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey);
@@ -149,9 +165,9 @@ int conns_close_all(struct server *srv);
 /* ---- the hooks: each server's own core path, called by the machinery --- */
 
 void conn_close(struct server *srv, struct conn *conn);
-struct conn *conn_find(struct server *srv, uint32_t qp_num);
-int async_handle(struct server *srv);
-int cq_drain(struct server *srv);
+struct conn *conn_find(struct server *srv, struct device *dev, uint32_t qp_num);
+int async_handle(struct server *srv, struct device *dev);
+int cq_drain(struct server *srv, struct device *dev);
 int conns_reap(struct server *srv);
 
 #endif /* RDMA_POOL_SERVER_H */

@@ -22,7 +22,9 @@
 #      at once each have their own, and one whose run has ended (killed
 #      with SIGKILL) is reported and removed, never taken for a device of
 #      the machine.  Never lo: rdma_cm cannot route to 127.0.0.1 on any
-#      kernel.
+#      kernel.  With SOFT_ROCE_DEVICES=2, a second device and interface,
+#      rxe_dem2<PID>, with an address of its own: RDMA_DEV2 and
+#      RDMA_ADDR_DEV2, for tests of a server that serves every device.
 #   4. Where this kernel has no rdma_rxe: a VM whose kernel has it
 #      (scripts/vm-run.sh), in which this script runs again and takes 3.
 # SOFT_ROCE_MODE=host stops before 4; SOFT_ROCE_MODE=vm goes to 4 at once.
@@ -44,8 +46,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Soft-RoCE's own interface and device: the same name for both, this
 # run's own.  (15 characters at most: "rxe_demo" and a PID of up to 7.)
-PREFIX=rxe_demo
-OWN=$PREFIX$$
+# The second, with SOFT_ROCE_DEVICES=2, is rxe_dem2<PID>.
+PREFIX=rxe_demo PREFIX2=rxe_dem2
+OWN=$PREFIX$$ OWN2=$PREFIX2$$
 # The modules this run loaded, which the EXIT trap may remove again; the
 # session CMD runs in, which a signal stops.
 loaded_modules=() cmd_sid='' cmd_name=''
@@ -54,23 +57,24 @@ say() {
 	echo "soft-roce: $*" >&2
 }
 
-# run_alive NAME: true if the rxe_demo<PID> device or interface NAME
-# belongs to a soft-roce.sh that still runs.
+# run_alive NAME: true if the rxe_demo<PID> (or rxe_dem2<PID>) device or
+# interface NAME belongs to a soft-roce.sh that still runs.
 run_alive() {
 	local pid=${1#"$PREFIX"}
+	pid=${pid#"$PREFIX2"}
 	[[ $pid =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] &&
 		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'soft-roce\.sh'
 }
 
-# sweep_leftovers: an rxe_demo device or interface whose run has ended
-# (killed with SIGKILL, or a machine that lost power) is no device of this
-# machine: say so and, as root, remove it.  Another run's that still runs
-# is left alone (try_existing skips it).
+# sweep_leftovers: an rxe_demo or rxe_dem2 device or interface whose run
+# has ended (killed with SIGKILL, or a machine that lost power) is no
+# device of this machine: say so and, as root, remove it.  Another run's
+# that still runs is left alone (try_existing skips it).
 sweep_leftovers() {
 	local name
 	for name in $( (rdma link show 2>/dev/null | awk '{ sub("/.*", "", $2); print $2 }'
 		ip -o link show 2>/dev/null | awk -F': ' '{ sub("@.*", "", $2); print $2 }') |
-		grep "^$PREFIX" | sort -u); do
+		grep -E "^($PREFIX|$PREFIX2)" | sort -u); do
 		run_alive "$name" && continue
 		if [ "$(id -u)" != 0 ]; then
 			say "$name was left by a run that has ended; as root:" \
@@ -91,7 +95,7 @@ try_existing() {
 		return 1
 	fi
 	while read -r dev port netdev; do
-		if [[ $dev == "$PREFIX"* ]]; then
+		if [[ $dev == "$PREFIX"* || $dev == "$PREFIX2"* ]]; then
 			tried+=("$dev is another run's")
 			continue
 		fi
@@ -140,14 +144,18 @@ load() {
 	return 0
 }
 
-# remove_own NAME: the rdma link and the interface NAME, where they exist.
+# remove_own NAME...: the rdma link and the interface of each NAME, where
+# they exist.
 remove_own() {
-	if rdma link show "$1/1" >/dev/null 2>&1; then
-		rdma link delete "$1" || say "could not remove the rdma link $1"
-	fi
-	if [ -e "/sys/class/net/$1" ]; then
-		ip link delete "$1" || say "could not remove the interface $1"
-	fi
+	local name
+	for name; do
+		if rdma link show "$name/1" >/dev/null 2>&1; then
+			rdma link delete "$name" || say "could not remove the rdma link $name"
+		fi
+		if [ -e "/sys/class/net/$name" ]; then
+			ip link delete "$name" || say "could not remove the interface $name"
+		fi
+	done
 }
 
 # The EXIT trap: what this run made, then the modules it loaded, but none
@@ -157,7 +165,7 @@ remove_own() {
 # unregisters every rxe device (drivers/infiniband/sw/rxe/rxe.c).
 cleanup() {
 	local m
-	remove_own "$OWN"
+	remove_own "$OWN" "$OWN2"
 	for m in "${loaded_modules[@]}"; do
 		case $m in
 		rdma_rxe)
@@ -224,9 +232,10 @@ on_signal() {
 	kill -s "$1" $$
 }
 
-# try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how, or why_not.
+# try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how (RDMA_DEV2 and
+# RDMA_ADDR_DEV2 too with SOFT_ROCE_DEVICES=2), or why_not.
 try_own() {
-	local addr addr2 addr6 err locks
+	local addr addr2 addr6 err='' locks name names=("$OWN") addrs=() i
 	if [ "$(id -u)" != 0 ]; then
 		why_not="only root can make one (rdma link add)"
 		return 1
@@ -240,43 +249,59 @@ try_own() {
 			return 1
 		fi
 		[ -z "$err" ] || echo "$err" >&2
+		err=''
 	fi
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
+	# A second device, for tests of a server that serves every device.
+	[ "${SOFT_ROCE_DEVICES:-1}" != 2 ] || names+=("$OWN2")
 	# Two runs at once must not take one address: choosing it and putting
 	# it on this run's interface is done by one run at a time.
 	locks=$(lock_dir 2>&1) || { why_not=$locks; return 1; }
 	exec {lock}>"$locks/rdma-pool-doorbell-soft-roce.lock"
 	flock "$lock"
-	if ! addr=$(own_address); then
-		why_not="no free address in 198.18.0.0/24"
-		exec {lock}>&-
-		return 1
-	fi
-	err=$(ip link add "$OWN" type dummy 2>&1 && ip link set "$OWN" up 2>&1 &&
-		ip addr add "$addr/32" dev "$OWN" 2>&1) || true
-	# A second address on it, for tests that need two peers' addresses,
-	# and an IPv6 one (a unique local address named after the first; none
-	# where IPv6 is off), for tests of IPv6.
+	# An interface of its own for each device, with an address of its own.
+	for name in "${names[@]}"; do
+		if ! addr=$(own_address); then
+			err="no free address in 198.18.0.0/24"
+			break
+		fi
+		err=$(ip link add "$name" type dummy 2>&1 && ip link set "$name" up 2>&1 &&
+			ip addr add "$addr/32" dev "$name" 2>&1) || true
+		if [ -n "$err" ]; then
+			err="$name, a dummy interface on $addr: $err"
+			break
+		fi
+		addrs+=("$addr")
+	done
+	addr=${addrs[0]:-}
+	# A second address on the first, for tests that need two peers'
+	# addresses, and an IPv6 one (a unique local address named after the
+	# first; none where IPv6 is off), for tests of IPv6.
 	if [ -z "$err" ] && addr2=$(own_address); then
 		err=$(ip addr add "$addr2/32" dev "$OWN" 2>&1) || true
+		err=${err:+"$OWN, a dummy interface on $addr: $err"}
 	fi
 	addr6=fd52:444d:4100::${addr##*.}
 	ip -6 addr add "$addr6/128" dev "$OWN" nodad 2>/dev/null || addr6=
 
 	exec {lock}>&-
 	if [ -n "$err" ]; then
-		why_not="$OWN, a dummy interface on $addr: $err"
+		why_not=$err
 		return 1
 	fi
-	if ! err=$(rdma link add "$OWN" type rxe netdev "$OWN" 2>&1); then
-		why_not="rdma link add $OWN type rxe netdev $OWN: $err"
-		return 1
-	fi
-	if ! rping_works "$addr"; then
-		why_not="$OWN is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"
-		return 1
-	fi
-	RDMA_ADDR=$addr RDMA_ADDR2=${addr2:-} RDMA_ADDR6=$addr6 RDMA_DEV=$OWN
+	for i in "${!names[@]}"; do
+		name=${names[i]} addr=${addrs[i]}
+		if ! err=$(rdma link add "$name" type rxe netdev "$name" 2>&1); then
+			why_not="rdma link add $name type rxe netdev $name: $err"
+			return 1
+		fi
+		if ! rping_works "$addr"; then
+			why_not="$name is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"
+			return 1
+		fi
+	done
+	RDMA_ADDR=${addrs[0]} RDMA_ADDR2=${addr2:-} RDMA_ADDR6=$addr6 RDMA_DEV=$OWN
+	[ "${#names[@]}" = 1 ] || RDMA_DEV2=$OWN2 RDMA_ADDR_DEV2=${addrs[1]}
 	how="$OWN, made for this run on a dummy interface of its own"
 }
 
@@ -310,9 +335,11 @@ vm_possible() {
 }
 
 # Step 4.  Inside the VM this script runs again (SOFT_ROCE_IN_VM) and makes
-# a device of its own, as on any machine whose kernel has rdma_rxe.
+# a device of its own (two with SOFT_ROCE_DEVICES=2), as on any machine
+# whose kernel has rdma_rxe.
 run_in_vm() {
-	exec "$here/vm-run.sh" "$here/soft-roce.sh" "$@"
+	VM_PASS_ENV="${VM_PASS_ENV:-} SOFT_ROCE_DEVICES" \
+		exec "$here/vm-run.sh" "$here/soft-roce.sh" "$@"
 }
 
 main() {
@@ -326,6 +353,10 @@ main() {
 		exec "$@"
 	fi
 
+	if [[ ${SOFT_ROCE_DEVICES:-1} != [12] ]]; then
+		say "SOFT_ROCE_DEVICES must be 1 or 2, not '$SOFT_ROCE_DEVICES'"
+		exit 2
+	fi
 	mode=${SOFT_ROCE_MODE:-auto}
 	case $mode in
 	host | auto) ;;
@@ -361,8 +392,9 @@ main() {
 		exit 1
 	fi
 
-	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV)"
+	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV${RDMA_DEV2:+ RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2 RDMA_DEV2=$RDMA_DEV2})"
 	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV
+	[ -z "${RDMA_DEV2:-}" ] || export RDMA_DEV2 RDMA_ADDR_DEV2
 	# Not exec: the EXIT trap may have a device to remove afterwards. CMD
 	# in the background, so that a signal's trap runs at once (bash runs
 	# it only once the command in the foreground ends); its stdin is ours,

@@ -2,7 +2,9 @@
 # End-to-end tests of the three programs on a real Soft-RoCE device.
 #
 # Run it through scripts/soft-roce.sh, which brings the device up (on this
-# machine or in a VM) and sets RDMA_ADDR to the address clients connect to.
+# machine or in a VM) and sets RDMA_ADDR to the address clients connect to
+# (with SOFT_ROCE_DEVICES=2, also RDMA_DEV2 and RDMA_ADDR_DEV2: a second
+# device, for test_two_devices).
 # First the machine itself (make doctor, and where rdma_cm puts each side's
 # retry counts), once; then every test runs against each of the two
 # servers. Prints "PASS name" or
@@ -82,6 +84,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_closed_before_established "$server"
 	test_burst_at_the_limit "$server"
 	test_addresses "$server"
+	test_two_devices "$server"
 	test_isolation "$server" none
 	test_isolation "$server" mr
 	test_isolation_unprivileged "$server"

@@ -85,7 +85,7 @@ block() {
 test_demo_kernel_view() {
 	local log=$1 cqp sqp rkey pool rows why=''
 	cqp=$(sed -n 's/^connect server=.* qp=\(0x[0-9a-f]*\)$/\1/p' "$log")
-	sqp=$(sed -n 's/^connect qp=\(0x[0-9a-f]*\)$/\1/p' "$log")
+	sqp=$(sed -n 's/^connect qp=\(0x[0-9a-f]*\) device=.*/\1/p' "$log")
 	rkey=$(sed -n 's/^grant .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$log")
 	pool=$(sed -n 's/^listen .* pool_size=\([0-9]*\)$/\1/p' "$log")
 	rows=$(block "$log" 'once the client holds its slice')
@@ -107,12 +107,14 @@ test_demo_kernel_view() {
 	fi
 }
 
-# The end-to-end tests through soft-roce.sh; their PASS and FAIL lines
-# come out as they run.
+# The end-to-end tests through soft-roce.sh, with a second device of its
+# own (SOFT_ROCE_DEVICES=2) for the tests of a server on two devices; their
+# PASS and FAIL lines come out as they run.
 test_e2e() {
 	local before status=0 log=$work/e2e.log
 	before=$(machine_state)
-	"$top/scripts/soft-roce.sh" "$top/tests/e2e.sh" 2>&1 | tee "$log" || status=$?
+	SOFT_ROCE_DEVICES=2 "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh" 2>&1 |
+		tee "$log" || status=$?
 	if [ "$status" != 0 ] && ! grep -q '^FAIL ' "$log"; then
 		fail e2e/runs "exited $status before its tests reported"
 	fi
@@ -363,25 +365,32 @@ modules_restore() {
 	done
 }
 
-# A device and interface named as the harness names its own, left by a run
-# that ended without its cleanup (SIGKILL): the next run says so, removes
-# them and makes its own, rather than taking them for the machine's.
+# Devices and interfaces named as the harness names its own (the first,
+# and the second of SOFT_ROCE_DEVICES=2), left by a run that ended without
+# its cleanup (SIGKILL): the next run says so, removes them and makes its
+# own, rather than taking them for the machine's.
 test_leftover() {
-	local log=$work/leftover.log before why=''
+	local log=$work/leftover.log before why='' name i=200
 	before=$(machine_state | grep -v '^module')
 	modprobe -a rdma_rxe rdma_ucm dummy
-	ip link add rxe_demo0 type dummy && ip link set rxe_demo0 up &&
-		ip addr add 198.18.0.200/32 dev rxe_demo0 &&
-		rdma link add rxe_demo0 type rxe netdev rxe_demo0
+	for name in rxe_demo0 rxe_dem20; do
+		ip link add "$name" type dummy && ip link set "$name" up &&
+			ip addr add "198.18.0.$((i++))/32" dev "$name" &&
+			rdma link add "$name" type rxe netdev "$name"
+	done
 	"$top/scripts/soft-roce.sh" true >"$log" 2>&1 || why="soft-roce.sh true failed; "
-	if ! grep -q '^soft-roce: removing rxe_demo0, left by a run that has ended$' "$log"; then
-		why+="it did not say it removed rxe_demo0; "
-	fi
+	for name in rxe_demo0 rxe_dem20; do
+		if ! grep -q "^soft-roce: removing $name, left by a run that has ended\$" "$log"; then
+			why+="it did not say it removed $name; "
+		fi
+	done
 	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
 	if [ "$(machine_state | grep -v '^module')" != "$before" ]; then
 		why+="left behind: $(left_behind "$before" "$(machine_state | grep -v '^module')")"
-		rdma link delete rxe_demo0 2>/dev/null || true
-		ip link delete rxe_demo0 2>/dev/null || true
+		for name in rxe_demo0 rxe_dem20; do
+			rdma link delete "$name" 2>/dev/null || true
+			ip link delete "$name" 2>/dev/null || true
+		done
 	fi
 	if [ -n "$why" ]; then
 		fail leftover_removed "$why: $(tr '\n' '|' <"$log")"

@@ -165,17 +165,17 @@ expect_lines() {
 }
 
 # stats_idle: ask the server for its counters (SIGUSR1) until they say
-# nothing is in use (stats_whole), for up to 10 s; prints the last stats
-# line it saw. (The log is only ever read: the server keeps writing to that
-# very file.)
+# nothing is in use (stats_whole), for up to 10 s; prints the last totals
+# line it saw ("stats connections=...", after any "stats device=..." lines).
+# (The log is only ever read: the server keeps writing to that very file.)
 stats_idle() {
 	local line='' i j seen
 	for ((i = 0; i < 20; i++)); do
-		seen=$(grep -c '^stats ' "$work/server.out" || true)
+		seen=$(grep -c '^stats connections=' "$work/server.out" || true)
 		kill -USR1 "$server_pid"
 		for ((j = 0; j < 20; j++)); do
-			if [ "$(grep -c '^stats ' "$work/server.out" || true)" -gt "$seen" ]; then
-				line=$(grep '^stats ' "$work/server.out" | tail -n 1)
+			if [ "$(grep -c '^stats connections=' "$work/server.out" || true)" -gt "$seen" ]; then
+				line=$(grep '^stats connections=' "$work/server.out" | tail -n 1)
 				break
 			fi
 			sleep 0.05
@@ -660,6 +660,130 @@ test_addresses() {
 	address_case "$t/ipv6_only" "$s" no yes "$RDMA_ADDR6" -a "$RDMA_ADDR6"
 	expect_error "$t/not_here" 10 "^$s: cannot listen on 203\.0\.113\.7 port 0: the port is in use, or 203\.0\.113\.7 is no address of this machine" \
 		"$top/$s" --port 0 -a 203.0.113.7
+}
+
+# device_served NAME ADDR WRITES STATUS: the client NAME, through ADDR,
+# was served: it exited 0 (STATUS) and its session is whole on both sides;
+# else prints why.
+device_served() {
+	local why
+	if [ "$4" != 0 ]; then
+		echo "through $2: exit $4: $(head -c 300 "$work/$1.err")"
+		return 1
+	fi
+	why=$(check_session "$1" "$3" 10 4096) || { echo "through $2: $why"; return 1; }
+}
+
+# device_clients NAME ADDR...: a client through each ADDR in turn, each
+# served; else prints why.
+device_clients() {
+	local name=$1 addr i=0 status
+	shift
+	for addr; do
+		i=$((i + 1)) status=0
+		run_client "$name$i" "$server_port" "$addr" 4096 -n 100 -k 10 || status=$?
+		device_served "$name$i" "$addr" 100 "$status" || return 1
+	done
+}
+
+# device_stats_why BLOCK: the stats lines of one SIGUSR1 say that nothing
+# is in use on RDMA_DEV nor on RDMA_DEV2 (a line each), each counts the
+# 2020 doorbells of its clients (two_devices_case), and the block ends with
+# the totals, whole too; else prints why.
+device_stats_why() {
+	local dev line
+	for dev in "$RDMA_DEV" "$RDMA_DEV2"; do
+		line=$(grep -m 1 "^stats device=$dev connections=" <<<"$1" || true)
+		if ! stats_whole "$line" || [[ $line != *" doorbells=2020 "* ]]; then
+			echo "no line 'stats device=$dev connections=0 ... doorbells=2020 ...' saying nothing is in use"
+			return 1
+		fi
+	done
+	line=$(tail -n 1 <<<"$1")
+	if [[ $line != "stats connections="* ]] || ! stats_whole "$line"; then
+		echo "the last line is not the totals, or they are not whole"
+		return 1
+	fi
+}
+
+# expect_device_stats NAME: the server's answer to SIGUSR1 (its device
+# lines, then the totals) passes device_stats_why; asked again for up to
+# 10 s while a connection of the clients before is still closing.
+expect_device_stats() {
+	local block='' why='' i j seen
+	for ((i = 0; i < 20; i++)); do
+		seen=$(grep -c '^stats connections=' "$work/server.out" || true)
+		kill -USR1 "$server_pid"
+		for ((j = 0; j < 20; j++)); do
+			[ "$(grep -c '^stats connections=' "$work/server.out" || true)" -le "$seen" ] || break
+			sleep 0.05
+		done
+		block=$(awk '/^stats / { b = b $0 "\n" }
+			/^stats connections=/ { last = b; b = "" }
+			END { printf "%s", last }' "$work/server.out")
+		why=$(device_stats_why "$block") && break
+		sleep 0.4
+	done
+	if [ -n "$why" ]; then
+		fail "$1" "$why: [$(tr '\n' '|' <<<"$block")]"
+	else
+		pass "$1"
+	fi
+}
+
+# two_devices_case T SERVER [OPTIONS...]: one server with OPTIONS serves
+# clients through both devices: the second's first, one after the other,
+# and at once; then its stats have a line for each device.
+two_devices_case() {
+	local t=$1 s=$2 why p1 p2 s1=0 s2=0
+	shift 2
+	start_server "$s" "$@" ||
+		{ fail "$t" "server did not start: $(head -c 300 "$work/server.err")"; return; }
+	if why=$(device_clients first "$RDMA_ADDR_DEV2" "$RDMA_ADDR"); then
+		pass "$t/second_first"
+	else
+		fail "$t/second_first" "$why"
+	fi
+	if why=$(device_clients turn "$RDMA_ADDR" "$RDMA_ADDR_DEV2"); then
+		pass "$t/one_after_other"
+	else
+		fail "$t/one_after_other" "$why"
+	fi
+	# Long enough to overlap.  A QP number is its device's own: the two
+	# QPs may have one, and the server's lines of the two cannot be told
+	# apart by it.  So: each client's own summary, every doorbell line of
+	# the server ok, and 2020 doorbells on each device (stats_per_device).
+	run_client once1 "$server_port" "$RDMA_ADDR" 4096 -n 20000 -k 10 &
+	p1=$!
+	run_client once2 "$server_port" "$RDMA_ADDR_DEV2" 4096 -n 20000 -k 10 &
+	p2=$!
+	wait "$p1" || s1=$?
+	wait "$p2" || s2=$?
+	if [ "$s1$s2" != 00 ]; then
+		fail "$t/at_once" "exit $s1 and $s2: $(head -c 300 "$work/once1.err" "$work/once2.err")"
+	elif [ "$(cat "$work/once1.out" "$work/once2.out" | grep -c '^done writes=20000 doorbells=2000 ')" != 2 ]; then
+		fail "$t/at_once" "a client printed no 'done writes=20000 doorbells=2000'"
+	elif grep '^doorbell ' "$work/server.out" | grep -qv ' ok$'; then
+		fail "$t/at_once" "the server found a doorbell not ok: $(grep '^doorbell ' "$work/server.out" | grep -v ' ok$' | head -n 1)"
+	else
+		pass "$t/at_once"
+	fi
+	expect_device_stats "$t/stats_per_device"
+	expect_stats "$t/nothing_lost"
+	stop_server || true
+}
+
+# A server serves every RDMA device of its machine, each with a pool of
+# its own: clients through the second device (RDMA_ADDR_DEV2) as through
+# the first, plain and with isolation.
+test_two_devices() {
+	local s=$1 t=$1/two_devices
+	if [ -z "${RDMA_DEV2:-}" ]; then
+		echo "SKIP $t: no second device (RDMA_DEV2: a run that makes its own device makes one with SOFT_ROCE_DEVICES=2)"
+		return
+	fi
+	two_devices_case "$t/plain" "$s"
+	two_devices_case "$t/isolation_mr" "$s" --isolation mr
 }
 
 # Isolation. Without it every client holds the pool MR's rkey: a client can

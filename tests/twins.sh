@@ -118,7 +118,7 @@ compare "$tick" "$ev" "$work/real"
 # The check checks itself: on_doorbell, shared and not designed to differ,
 # changed by one word in a copy, must be caught.
 if [ "$#" = 0 ]; then
-	sed 's/srv->doorbells++;/srv->doorbells += 2;/' \
+	sed 's/conn->dev->doorbells++;/conn->dev->doorbells += 2;/' \
 		"$ev" >"$work/ev_changed.c"
 	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
 	if cmp -s "$ev" "$work/ev_changed.c"; then
