@@ -82,7 +82,8 @@ fi
 # first cable, rxe1 on the second.  Each NIC is the one with the MAC qemu
 # was given; vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per
 # cable, comma separated, and clients connect to the server's address on
-# the first (RDMA_ADDR; RDMA_ADDRS has every cable's).
+# the first (RDMA_ADDR, or RDMA_ADDR6 over IPv6; RDMA_ADDRS has every
+# cable's IPv4 address).
 rxe_on_cables() {
 	local i=1 mac addr nic d
 	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
@@ -93,15 +94,29 @@ rxe_on_cables() {
 			[ "$(cat "$d/address")" = "$mac" ] && nic=${d##*/}
 		done
 		[ -n "$nic" ] || fail "no network interface has the MAC $mac"
-		# No IPv6 chatter (router solicitations...) on the cable: only
-		# ARP and RoCE go over it.
-		echo 1 >"/proc/sys/net/ipv6/conf/$nic/disable_ipv6"
+		# IPv6 with no router solicitation and no duplicate address
+		# detection: on the cable, besides what a session asks for, only
+		# multicast listener reports, which the trace leaves out.  The
+		# link-local address stays: the kernel sends a neighbour
+		# solicitation that no packet of ours caused (rdma_cm's address
+		# resolution) only from it (ndisc_solicit() in ndisc.c).
+		echo 0 >"/proc/sys/net/ipv6/conf/$nic/accept_dad"
+		echo 0 >"/proc/sys/net/ipv6/conf/$nic/router_solicitations"
 		on_host ip link set "$nic" up
 		on_host ip addr add "$addr/24" dev "$nic"
+		on_host ip -6 addr add "$(ipv6_of "$addr")/64" dev "$nic"
 		on_host rdma link add "rxe$((i - 1))" type rxe netdev "$nic"
 		i=$((i + 1))
 	done
-	RDMA_ENV="$RDMA_ENV RDMA_ADDR=${vm_server_addrs%%,*} RDMA_ADDRS=$vm_server_addrs RDMA_DEV=rxe0"
+	addr=${vm_server_addrs%%,*}
+	RDMA_ENV="$RDMA_ENV RDMA_ADDR=$addr RDMA_ADDR6=$(ipv6_of "$addr") RDMA_ADDRS=$vm_server_addrs RDMA_DEV=rxe0"
+}
+
+# ipv6_of 198.18.N.HOST: the same host's IPv6 address on cable N, a unique
+# local one, fd52:444d:4200:N::HOST.
+ipv6_of() {
+	local cable_host=${1#198.18.}
+	echo "fd52:444d:4200:${cable_host%.*}::${cable_host#*.}"
 }
 
 while read -r m; do

@@ -21,9 +21,10 @@
 #
 # CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1)
 # and WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the
-# server's address, the one clients connect to. (On cable N, counted from
-# 0, the addresses are 198.18.N.1 and .2; RDMA_ADDRS lists the server's on
-# each, comma separated.) The two can coordinate through files in the
+# server's address, the one clients connect to, and RDMA_ADDR6 its IPv6
+# one. (On cable N, counted from 0, the addresses are 198.18.N.1 and .2,
+# and fd52:444d:4200:N::1 and ::2; RDMA_ADDRS lists the server's IPv4 one
+# on each, comma separated.) The two can coordinate through files in the
 # repository, which both see. Their output comes out here, each line
 # marked "[server vm]" or "[client vm]".
 #

@@ -83,7 +83,8 @@ END {
 			start = i
 	if (!start)
 		fail("no CM ConnectRequest from QP " client_qp " to port " port \
-			" in the capture (" n " ARP and RoCE packets)")
+			" in the capture (" n " ARP, neighbour discovery and RoCE" \
+			" packets)")
 	C = r[start, 3]; S = r[start, 4]
 	# Each side announces the PSN it will expect: the server numbers its
 	# packets from the ConnectRequest's Starting PSN, the client from the

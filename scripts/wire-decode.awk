@@ -3,7 +3,7 @@
 # wire-trace.sh passes them) to one record per packet: frame, time,
 # source, destination, kind, BTH opcode, PSN, destination QP, and the
 # details as key=value words ("-" if none). Kinds: arp-request, arp-reply,
-# cm-req, cm-rep, cm-rtu, cm-rej, cm-dreq, cm-drep, cm-other, send, write,
+# nd-solicit, nd-advert (IPv6's neighbour discovery, its ARP), cm-req, cm-rep, cm-rtu, cm-rej, cm-dreq, cm-drep, cm-other, send, write,
 # write-imm, ack, rnr-nak, nak, other. A SEND's 32-byte ctrl_msg is decoded
 # (every field big-endian, as common/common.h lays it out).
 
@@ -51,6 +51,12 @@ BEGIN {
 		op = psn = "-"
 		kind = v("arp.opcode") == 1 ? "arp-request" : "arp-reply"
 		info = "target=" dst " mac=" v("arp.src.hw_mac")
+	} else if (v("icmpv6.type") != "") { # 135 or 136 (wire-trace.sh)
+		op = psn = "-"
+		kind = v("icmpv6.type") == 135 ? "nd-solicit" : "nd-advert"
+		if (kind == "nd-solicit") # to a multicast group: to whom it asks
+			dst = v("icmpv6.nd.ns.target_address")
+		info = "target=" dst " mac=" v("icmpv6.opt.linkaddr")
 	} else if (op == 100 && v("infiniband.mad.attributeid") != "") {
 		kind = cm(num(v("infiniband.mad.attributeid")))
 		if (kind == "cm-req")

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # wire-session.sh DIR: one side of the sessions planned in DIR/plan, run in
 # both VMs of scripts/vm-pair.sh (make wire, tests/wire.sh). WIRE_ROLE says
-# which side this is; RDMA_ADDR is the server VM's address.
+# which side this is; RDMA_ADDR and RDMA_ADDR6 are the server VM's
+# addresses.
 #
 # DIR/plan has one session per line, run one after the other so that each
 # session's packets are together on the cable:
-#   NAME SERVER PORT ISOLATION SIZE WRITES DOORBELL_EVERY
-# e.g. "ev rdma_srq_pool_server_ev 7471 none 10000 12 4".
+#   NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY
+# e.g. "ev rdma_srq_pool_server_ev 7471 10000 12 4 6", whose client
+# connects over IPv6 (FAMILY 4: over IPv4).
 #
 # The server VM starts every session's server, each on its own port, and
 # stops them with SIGINT once the client VM says it is done. The client VM
@@ -21,6 +23,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${RDMA_ADDR:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR}"
+: "${RDMA_ADDR6:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR6}"
 : "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
 # shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
@@ -65,14 +68,15 @@ await() {
 
 # The plan's lines, checked before anything starts.
 read_plan() {
-	local name server port size writes every extra
+	local name server port size writes every family extra
 	[ -s "$dir/plan" ] || give_up "no sessions in $dir/plan"
-	while read -r name server port size writes every extra; do
+	while read -r name server port size writes every family extra; do
 		if [[ ! $name =~ ^[A-Za-z0-9_-]+$ ]] || [ -n "$extra" ] ||
 			[[ ! $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
-			[[ ! "$port $size $writes $every" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]; then
+			[[ ! "$port $size $writes $every" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]] ||
+			[[ ! $family =~ ^[46]$ ]]; then
 			give_up "bad plan line '$name $server $port $size" \
-				"$writes $every${extra:+ $extra}'"
+				"$writes $every $family${extra:+ $extra}'"
 		fi
 	done <"$dir/plan"
 }
@@ -102,14 +106,16 @@ serve() {
 }
 
 connect() {
-	local name server port size writes every status
+	local name server port size writes every family addr status
 	await ready "$READY_TIMEOUT"
-	while read -r name server port size writes every; do
-		say "rdma_pool_client $RDMA_ADDR $size -n $writes -k $every" \
+	while read -r name server port size writes every family; do
+		addr=$RDMA_ADDR
+		[ "$family" = 4 ] || addr=$RDMA_ADDR6
+		say "rdma_pool_client $addr $size -n $writes -k $every" \
 			"--port $port (to $server)"
 		status=0
 		timeout "$CLIENT_TIMEOUT" "$top/rdma_pool_client" --port "$port" \
-			"$RDMA_ADDR" "$size" -n "$writes" -k "$every" \
+			"$addr" "$size" -n "$writes" -k "$every" \
 			</dev/null >"$dir/$name/client.out" 2>"$dir/$name/client.err" ||
 			status=$?
 		echo "$status" >"$dir/$name/client.status"

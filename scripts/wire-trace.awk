@@ -47,9 +47,12 @@ function conn(s, sq, c) {
 # What a packet means here, a tab, and the headers that say so.
 function describe(src, dst, kind, psn, qp, info,
 		  key, cq, msg, st, slot, what, heads) {
-	if (kind == "arp-request")
-		return "who has " get(info, "target") "? (rdma_resolve_addr)"
-	if (kind == "arp-reply")
+	# The client asks, and over IPv6 the server too (docs/wire.md).
+	if (kind == "arp-request" || kind == "nd-solicit")
+		return "who has " get(info, "target") "? " \
+			(get(info, "target") in client ? "(for its CM reply)" : \
+			 "(rdma_resolve_addr)")
+	if (kind == "arp-reply" || kind == "nd-advert")
 		return src " is at " get(info, "mac")
 	if (kind == "cm-req") {
 		reqqp[src "/" dst] = get(info, "qpn")
@@ -140,7 +143,8 @@ END {
 		for (ip in client)
 			for (sip in server)
 				printf "client %s, server %s: ", ip, sip
-	printf "%d packets (ARP, and RoCE v2: UDP port 4791)\n\n", n
+	printf "%d packets (ARP or IPv6 neighbour discovery, and RoCE v2:" \
+		" UDP port 4791)\n\n", n
 	printf "%5s %8s  %-14s  %-24s %9s  %-34s %s\n", "frame", "time(s)",
 		"direction", "BTH opcode", "PSN", "what it means here",
 		"headers (CM, RETH, ImmDt, AETH)"
@@ -148,6 +152,8 @@ END {
 		kind = rec[r, 5]; op = rec[r, 6]
 		if (kind ~ /^arp/)
 			opn = "ARP, not RoCE"
+		else if (kind ~ /^nd-/)
+			opn = "ICMPv6 ND, not RoCE"
 		else if (kind ~ /^cm-/)
 			opn = cmname[kind]
 		else if (op in opname)
@@ -158,7 +164,7 @@ END {
 			       rec[r, 9]) "\t", text, "\t")
 		line = sprintf("%5d %8.4f  %-14s  %-24s %9s  %-34s %s", rec[r, 1],
 			rec[r, 2], name(rec[r, 3]) "->" name(rec[r, 4]), opn,
-			kind ~ /^(arp|cm-)/ ? "" : rec[r, 7], text[1], text[2])
+			kind ~ /^(arp|nd-|cm-)/ ? "" : rec[r, 7], text[1], text[2])
 		sub(/ +$/, "", line)
 		print line
 	}

@@ -6,7 +6,8 @@
 # and RESP_ALLOC, each write's slot and value, each doorbell, each ACK).
 #
 # PCAP may come from make wire (wire-results/cable.pcap), or from two real
-# machines: on either one, tcpdump -i eth0 -w x.pcap udp port 4791 or arp.
+# machines: on either one, tcpdump -i eth0 -w x.pcap udp port 4791 or arp
+# or icmp6.
 # Wireshark shows the same packets with every field (it decodes UDP port
 # 4791 as RoCE v2 by itself); this is the short version.
 #
@@ -20,6 +21,7 @@ set -euo pipefail
 # What tshark hands over, in this order (tshark -G fields lists them all).
 FIELDS=(frame.number frame.time_relative ip.src ip.dst ipv6.src ipv6.dst
 	arp.opcode arp.src.proto_ipv4 arp.dst.proto_ipv4 arp.src.hw_mac
+	icmpv6.type icmpv6.nd.ns.target_address icmpv6.opt.linkaddr
 	infiniband.bth.opcode infiniband.bth.psn infiniband.bth.destqp
 	infiniband.reth.va infiniband.reth.r_key infiniband.reth.dmalen
 	infiniband.immdt infiniband.aeth.syndrome infiniband.aeth.msn
@@ -36,7 +38,8 @@ die() {
 	exit 1
 }
 
-# tshark's fields for every ARP and RoCE packet of PCAP, tab-separated.
+# tshark's fields for every ARP, IPv6 neighbour discovery (ICMPv6 types
+# 135 and 136: IPv6's ARP) and RoCE packet of PCAP, tab-separated.
 packets() {
 	local pcap=$1 args=() f err
 	for f in "${FIELDS[@]}"; do
@@ -45,7 +48,7 @@ packets() {
 	err=$(mktemp)
 	# Only on failure is tshark's stderr worth showing: it warns about
 	# running as root every time.
-	if ! tshark -r "$pcap" -Y 'arp || infiniband' -T fields \
+	if ! tshark -r "$pcap" -Y 'arp || icmpv6.type == 135 || icmpv6.type == 136 || infiniband' -T fields \
 		-E separator=/t -E occurrence=f "${args[@]}" 2>"$err"; then
 		echo "wire-trace: tshark cannot read $pcap: $(grep -v 'Running as user' "$err")" >&2
 		rm -f "$err"
@@ -76,7 +79,7 @@ main() {
 
 	records=$(packets "$1" | decode)
 	[ -n "$records" ] ||
-		die "no RoCE v2 (UDP port 4791) or ARP packet in '$1'"
+		die "no RoCE v2 (UDP port 4791), ARP or neighbour discovery packet in '$1'"
 	if [ "$raw" = yes ]; then
 		echo "$records"
 	else

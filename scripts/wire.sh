@@ -9,9 +9,10 @@
 # is what the protocol says. Everything stays in wire-results/.
 #
 #   usage: wire.sh [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY]
-#                  [--size BYTES]
+#                  [--size BYTES] [--ipv6]
 #   defaults: rdma_srq_pool_server_ev, 12 writes, a doorbell every 4,
-#             10000 bytes
+#             10000 bytes, over IPv4 (--ipv6: the client connects to the
+#             server's IPv6 address, and RoCE v2 goes over IPv6)
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,7 +23,7 @@ PORT=7471
 
 usage() {
 	echo "usage: $0 [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY]" \
-		"[--size BYTES]" >&2
+		"[--size BYTES] [--ipv6]" >&2
 	exit 2
 }
 
@@ -34,8 +35,13 @@ die() {
 # The options, checked here: a bad one must not cost two boots.
 parse_options() {
 	server=rdma_srq_pool_server_ev writes=12 every=4
-	size=10000
+	size=10000 family=4
 	while [ $# -gt 0 ]; do
+		if [ "$1" = --ipv6 ]; then
+			family=6
+			shift
+			continue
+		fi
 		[ $# -ge 2 ] || usage
 		case $1 in
 		--server) server=$2 ;;
@@ -103,10 +109,10 @@ main() {
 	# ends: two runs at once never mix their files.
 	out=$(run_dir "$final")
 	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
-	echo "session $server $PORT $size $writes $every" >"$out/plan"
+	echo "session $server $PORT $size $writes $every $family" >"$out/plan"
 
 	echo "== two VMs on one virtual cable: $server in one," \
-		"rdma_pool_client -n $writes -k $every in the other"
+		"rdma_pool_client -n $writes -k $every in the other, over IPv$family"
 	cd "$top"
 	VM_TIMEOUT=${VM_TIMEOUT:-300} "$top/scripts/vm-pair.sh" \
 		--pcap "$out/cable.pcap" "$top/scripts/wire-session.sh" "$out" ||

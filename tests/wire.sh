@@ -24,11 +24,12 @@ work=$dir
 # shellcheck source=tests/lib.sh
 . "$top/tests/lib.sh"
 pcap=$dir/cable.pcap
-# Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY.
+# Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY.
 # The first writes more than its slice has slots (4096 bytes: 1024), so
-# the slots wrap round.
-PLAN="poll rdma_pool_server 7471 4096 1100 100
-ev rdma_srq_pool_server_ev 7472 10000 12 4"
+# the slots wrap round; the last goes over IPv6 (make wire --ipv6).
+PLAN="poll rdma_pool_server 7471 4096 1100 100 4
+ev rdma_srq_pool_server_ev 7472 10000 12 4 4
+v6 rdma_srq_pool_server_ev 7473 10000 12 4 6"
 declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
 
 # The server's SIGINT, as tests/basic.sh's test_sigint checks it, from the
@@ -47,11 +48,12 @@ test_stopped() {
 	fi
 }
 
-# test_session NAME SERVER SIZE WRITES EVERY: one session, from both
-# programs' output and then from the cable.
+# test_session NAME SERVER SIZE WRITES EVERY FAMILY: one session, from
+# both programs' output and then from the cable.
 test_session() {
-	local name=$1 server=$2 size=$3 writes=$4 every=$5
+	local name=$1 server=$2 size=$3 writes=$4 every=$5 family=$6
 	local t=wire/$server status why
+	[ "$family" = 4 ] || t=wire/ipv6/$server
 	work=$dir/$name
 	status=$(cat "$work/client.status" 2>/dev/null || echo none)
 	if [ "$status" != 0 ]; then
@@ -178,12 +180,34 @@ main() {
 			tail -n 3 | tr '\n' ' ')"
 		finish
 	fi
-	while read -r -u 3 name server _ size writes every; do
-		test_session "$name" "$server" "$size" "$writes" "$every"
+	while read -r -u 3 name server _ size writes every family; do
+		test_session "$name" "$server" "$size" "$writes" "$every" "$family"
 	done 3<"$dir/plan"
+	test_ipv6_trace
 	test_checker_fails
 	test_socket_cable
 	finish
+}
+
+# The IPv6 session in the trace: the client asks for the server's MAC by
+# neighbour discovery (IPv6's ARP; from its link-local address), and its
+# CM ConnectRequest and all that follows go from its IPv6 address to the
+# server's, RoCE v2 over IPv6.
+test_ipv6_trace() {
+	local t=wire/ipv6/trace raw server=fd52:444d:4200::1 client=fd52:444d:4200::2
+	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap" 2>&1) || true
+	if ! awk -F'\t' -v s="$server" '$5 == "nd-solicit" &&
+		$9 ~ "^target=" s " mac=" { found = 1 } END { exit !found }' <<<"$raw"; then
+		fail "$t/neighbour_discovery" "no neighbour solicitation for $server: $(grep -c . <<<"$raw") records"
+	else
+		pass "$t/neighbour_discovery"
+	fi
+	if ! awk -F'\t' -v s="$server" -v c="$client" '$5 == "cm-req" && $3 == c &&
+		$4 == s && $9 ~ / port=7473 / { found = 1 } END { exit !found }' <<<"$raw"; then
+		fail "$t/connect_request" "no CM ConnectRequest from $client to $server, port 7473"
+	else
+		pass "$t/connect_request"
+	fi
 }
 
 # The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu
