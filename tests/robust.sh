@@ -164,35 +164,38 @@ expect_lines() {
 	fi
 }
 
-# stats_idle: ask the server for its counters (SIGUSR1) until they say
-# nothing is in use (stats_whole), for up to 10 s; prints the last totals
-# line it saw ("stats connections=...", after any "stats device=..." lines).
+# stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its
+# answer (a "stats device=..." line per device, then the totals, "stats
+# connections=...") passes WHY ANSWER (by default: the totals say that
+# nothing is in use, stats_whole), for up to 10 s; prints the last answer.
 # (The log is only ever read: the server keeps writing to that very file.)
 stats_idle() {
-	local line='' i j seen
+	local answer='' i j seen
 	for ((i = 0; i < 20; i++)); do
 		seen=$(grep -c '^stats connections=' "$work/server.out" || true)
 		kill -USR1 "$server_pid"
 		for ((j = 0; j < 20; j++)); do
-			if [ "$(grep -c '^stats connections=' "$work/server.out" || true)" -gt "$seen" ]; then
-				line=$(grep '^stats connections=' "$work/server.out" | tail -n 1)
-				break
-			fi
+			[ "$(grep -c '^stats connections=' "$work/server.out" || true)" -le "$seen" ] || break
 			sleep 0.05
 		done
-		if stats_whole "$line"; then
-			break
-		fi
+		answer=$(awk '/^stats / { b = b $0 "\n" }
+			/^stats connections=/ { last = b; b = "" }
+			END { printf "%s", last }' "$work/server.out")
+		"${1:-totals_whole}" "$answer" >/dev/null && break
 		sleep 0.4
 	done
-	echo "$line"
+	echo "$answer"
+}
+
+totals_whole() {
+	stats_whole "$(tail -n 1 <<<"$1")"
 }
 
 # expect_stats NAME: once every client has gone, nothing may be in use and
 # nothing lost.
 expect_stats() {
 	local line
-	line=$(stats_idle)
+	line=$(stats_idle | tail -n 1)
 	if stats_whole "$line"; then
 		pass "$1"
 	else
@@ -532,7 +535,7 @@ test_load() {
 			bad="client $i: $(cat "$work/check")"
 	done
 	want=$((32 * 125))
-	line=$(stats_idle)
+	line=$(stats_idle | tail -n 1)
 	stop_server || true
 	if [ -z "$bad" ] && ! [[ $line =~ \ doorbells=$want\  ]]; then
 		bad="the server counted no $want doorbells: '$line'"
@@ -647,8 +650,9 @@ address_case() {
 }
 
 # Where the server listens (-a): by default every address of both
-# families, one listener for both; given an address, that one only; given
-# one that is not this machine's, it says so and exits.
+# families, one listener for both (with a key per slice too); given an
+# address, that one only; given one that is not this machine's, it says so
+# and exits.
 test_addresses() {
 	local s=$1 t=$1/address
 	if [ -z "${RDMA_ADDR6:-}" ]; then
@@ -656,6 +660,7 @@ test_addresses() {
 		return
 	fi
 	address_case "$t/default" "$s" yes yes ::
+	address_case "$t/default_isolation_mr" "$s" yes yes :: --isolation mr
 	address_case "$t/ipv4_only" "$s" yes no "$RDMA_ADDR" -a "$RDMA_ADDR"
 	address_case "$t/ipv6_only" "$s" no yes "$RDMA_ADDR6" -a "$RDMA_ADDR6"
 	expect_error "$t/not_here" 10 "^$s: cannot listen on 203\.0\.113\.7 port 0: the port is in use, or 203\.0\.113\.7 is no address of this machine" \
@@ -706,28 +711,16 @@ device_stats_why() {
 	fi
 }
 
-# expect_device_stats NAME: the server's answer to SIGUSR1 (its device
-# lines, then the totals) passes device_stats_why; asked again for up to
-# 10 s while a connection of the clients before is still closing.
+# expect_device_stats NAME: the server's answer to SIGUSR1 passes
+# device_stats_why, asked again for up to 10 s while a connection of the
+# clients before is still closing.
 expect_device_stats() {
-	local block='' why='' i j seen
-	for ((i = 0; i < 20; i++)); do
-		seen=$(grep -c '^stats connections=' "$work/server.out" || true)
-		kill -USR1 "$server_pid"
-		for ((j = 0; j < 20; j++)); do
-			[ "$(grep -c '^stats connections=' "$work/server.out" || true)" -le "$seen" ] || break
-			sleep 0.05
-		done
-		block=$(awk '/^stats / { b = b $0 "\n" }
-			/^stats connections=/ { last = b; b = "" }
-			END { printf "%s", last }' "$work/server.out")
-		why=$(device_stats_why "$block") && break
-		sleep 0.4
-	done
-	if [ -n "$why" ]; then
-		fail "$1" "$why: [$(tr '\n' '|' <<<"$block")]"
-	else
+	local answer why
+	answer=$(stats_idle device_stats_why)
+	if why=$(device_stats_why "$answer"); then
 		pass "$1"
+	else
+		fail "$1" "$why: [$(tr '\n' '|' <<<"$answer")]"
 	fi
 }
 
@@ -749,13 +742,15 @@ two_devices_case() {
 	else
 		fail "$t/one_after_other" "$why"
 	fi
-	# Long enough to overlap.  A QP number is its device's own: the two
-	# QPs may have one, and the server's lines of the two cannot be told
-	# apart by it.  So: each client's own summary, every doorbell line of
-	# the server ok, and 2020 doorbells on each device (stats_per_device).
-	run_client once1 "$server_port" "$RDMA_ADDR" 4096 -n 20000 -k 10 &
+	# Long enough to overlap, into slices with a slot for every write (a
+	# server slowed by two may read a slot only once its client has
+	# lapped).  A QP number is its device's own: the two QPs may have one,
+	# and the server's lines of the two cannot be told apart by it.  So:
+	# each client's own summary, every doorbell line of the server ok, and
+	# 2020 doorbells on each device (stats_per_device).
+	run_client once1 "$server_port" "$RDMA_ADDR" 81920 -n 20000 -k 10 &
 	p1=$!
-	run_client once2 "$server_port" "$RDMA_ADDR_DEV2" 4096 -n 20000 -k 10 &
+	run_client once2 "$server_port" "$RDMA_ADDR_DEV2" 81920 -n 20000 -k 10 &
 	p2=$!
 	wait "$p1" || s1=$?
 	wait "$p2" || s2=$?
