@@ -185,51 +185,13 @@ cleanup() {
 	done
 }
 
-# session_pids SID: the processes of session SID (the fourth field of
-# /proc/PID/stat after the ")" that ends the command's name).
-session_pids() {
-	local stat line fields
-	for stat in /proc/[0-9]*/stat; do
-		read -r line 2>/dev/null <"$stat" || continue
-		read -r -a fields <<<"${line##*) }"
-		[ "${fields[3]:-}" = "$1" ] && echo "${stat//[^0-9]/}"
-	done
-	return 0
-}
-
-# stop_session SID: SIGTERM to every process in it, and SIGKILL to those
-# still there 5 s later.  By session, not by process group: timeout(1)
-# moves itself and its command into a group of their own.
-stop_session() {
-	local pids i
-	pids=$(session_pids "$1")
-	[ -n "$pids" ] || return 0
-	# shellcheck disable=SC2086
-	kill -TERM $pids 2>/dev/null || true
-	for ((i = 0; i < 50; i++)); do
-		pids=$(session_pids "$1")
-		[ -n "$pids" ] || return 0
-		sleep 0.1
-	done
-	say "still running 5 s after SIGTERM, killed: ${pids//$'\n'/ }"
-	# shellcheck disable=SC2086
-	kill -KILL $pids 2>/dev/null || true
-}
-
-# on_signal NAME: stop CMD's session, remove what this run made, and end
-# by the same signal (a shell that started this script sees that it was
-# interrupted, and stops rather than going on with its next command).
+# on_signal SIG: stop CMD's session and remove what this run made
+# (stop_on_signals).
 on_signal() {
-	trap '' INT TERM HUP PIPE
-	# A closed terminal (EIO) or a pipe whose reader is gone (EPIPE) fails
-	# every write to stderr, which under set -e would end this handler
-	# before its cleanup: then the rest goes nowhere.
 	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made" ||
 		exec 2>/dev/null
 	[ -z "$cmd_sid" ] || stop_session "$cmd_sid"
 	cleanup
-	trap - EXIT "$1"
-	kill -s "$1" $$
 }
 
 # try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how (RDMA_DEV2 and
@@ -373,9 +335,7 @@ main() {
 	# From here on this run may make a device: the traps that remove it
 	# come first.
 	trap cleanup EXIT
-	trap 'on_signal INT' INT
-	trap 'on_signal TERM' TERM
-	trap 'on_signal HUP' HUP
+	stop_on_signals on_signal
 	sweep_leftovers
 	if ! try_host; then
 		if [ "$mode" = auto ] && vm_possible; then
@@ -401,6 +361,7 @@ main() {
 	# not the /dev/null that bash gives background commands by default.
 	# Not being a process group leader here, setsid makes no new process:
 	# $! is the new session's ID.
+	# shellcheck disable=SC2034 # read by on_signal, which a trap calls
 	cmd_name=$1
 	setsid "$@" <&0 &
 	cmd_sid=$!

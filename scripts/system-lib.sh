@@ -20,6 +20,10 @@
 #                          beside the folder FINAL (FINAL.run.XXXXXX)
 #   publish_dir RUN FINAL  RUN takes FINAL's place: FINAL always holds one
 #                          whole run, never two runs' files mixed
+#   stop_on_signals FN     on SIGINT, SIGTERM or SIGHUP: FN SIG, then end
+#                          by that signal (no EXIT trap)
+#   stop_session SID [S]   SIGTERM to every process of session SID, SIGKILL
+#                          to those left S (5) seconds later
 
 PACKAGES_TABLE=$(dirname "${BASH_SOURCE[0]}")/packages.txt
 
@@ -156,4 +160,52 @@ publish_dir() {
 		mv -T "$2" "$1.old" || return 1
 	fi
 	mv -T "$1" "$2" && rm -rf "$1.old"
+}
+
+# On SIGINT (Ctrl-C), SIGTERM or SIGHUP (the terminal closed), FN SIG runs
+# at once: it stops what this script started and removes what it made.
+# Then the script ends by that signal, its EXIT trap undone, so that the
+# shell or make that started it stops too rather than going on.  At once
+# only while the script waits ("wait") for a command in the background:
+# bash holds a trap until the command in the foreground ends.  Meanwhile
+# more signals are ignored, SIGPIPE too: a closed terminal (EIO) or a pipe
+# whose reader is gone (EPIPE) fails every write to stderr, so FN writes
+# its first line with "|| exec 2>/dev/null", lest set -e end it there.
+stop_on_signals() {
+	local sig
+	for sig in INT TERM HUP; do
+		# shellcheck disable=SC2064 # FN and the signal, now
+		trap "trap '' INT TERM HUP PIPE; $1 $sig; trap - EXIT $sig; kill -s $sig \$\$" "$sig"
+	done
+}
+
+# session_pids SID: the processes of session SID (the fourth field of
+# /proc/PID/stat after the ")" that ends the command's name).
+session_pids() {
+	local stat line fields
+	for stat in /proc/[0-9]*/stat; do
+		read -r line 2>/dev/null <"$stat" || continue
+		read -r -a fields <<<"${line##*) }"
+		[ "${fields[3]:-}" = "$1" ] && echo "${stat//[^0-9]/}"
+	done
+	return 0
+}
+
+# stop_session SID [SECONDS]: SIGTERM to every process in it, and SIGKILL
+# to those still there SECONDS (5) later.  By session, not by process
+# group: timeout(1) moves itself and its command into a group of their own.
+stop_session() {
+	local pids i
+	pids=$(session_pids "$1")
+	[ -n "$pids" ] || return 0
+	# shellcheck disable=SC2086
+	kill -TERM $pids 2>/dev/null || true
+	for ((i = 0; i < ${2:-5} * 10; i++)); do
+		pids=$(session_pids "$1")
+		[ -n "$pids" ] || return 0
+		sleep 0.1
+	done
+	echo "${0##*/}: still running ${2:-5} s after SIGTERM, killed: ${pids//$'\n'/ }" >&2
+	# shellcheck disable=SC2086
+	kill -KILL $pids 2>/dev/null || true
 }

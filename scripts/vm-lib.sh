@@ -496,26 +496,12 @@ stop_qemu() {
 	[[ $comm == qemu* ]] && kill "$pid" 2>/dev/null || true
 }
 
-# trap_signals: on SIGINT, SIGTERM or SIGHUP, run the caller's cleanup (its
-# EXIT trap: stop the VMs, remove their files) at once, and end by that
-# signal, so that whatever started the caller stops too.  At once only if
-# the caller waits for qemu in the background: bash holds a signal's trap
-# until the command it runs in the foreground ends.
-trap_signals() {
-	local sig
-	for sig in INT TERM HUP; do
-		# shellcheck disable=SC2064
-		trap "on_signal $sig" "$sig"
-	done
-}
-
+# on_signal SIG: the caller's cleanup (its EXIT trap: stop the VMs, remove
+# their files), at once (stop_on_signals; the caller waits for qemu in the
+# background).
 on_signal() {
-	trap '' INT TERM HUP PIPE
-	# As soft-roce.sh's: a stderr that fails must not end the cleanup.
 	echo "$vm_prog: SIG$1: stopping the VM" >&2 || exec 2>/dev/null
 	cleanup
-	trap - EXIT "$1"
-	kill -s "$1" $$
 }
 
 # Serial lines end in \r\n.

@@ -197,7 +197,7 @@ main() {
 	vm_prepare
 
 	trap cleanup EXIT
-	trap_signals
+	stop_on_signals on_signal
 	pair=$(mktemp -d "$vmdir/pair.XXXXXX")
 	cable=$(mktemp -d "${TMPDIR:-/tmp}/vm-pair.XXXXXX")
 	cable_plan

@@ -44,7 +44,7 @@ main() {
 	vm_prepare
 
 	trap cleanup EXIT
-	trap_signals
+	stop_on_signals on_signal
 	job=$(mktemp -d "$vmdir/job.XXXXXX")
 	write_job "$@" >"$job/job.sh"
 

@@ -102,21 +102,37 @@ tie() {
 		}' <<<"$raw" | fold -s -w 78
 }
 
+# on_signal SIG: the VMs stopped (vm-pair.sh's own handler does it: a
+# command in the background has SIGINT ignored, hence SIGTERM), and this
+# run's folder removed: nothing half-written is published
+# (stop_on_signals).
+on_signal() {
+	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 ||
+		exec 2>/dev/null
+	[ -z "$pair" ] || kill -s TERM "$pair" 2>/dev/null || true
+	[ -z "$pair" ] || wait "$pair" || true
+	rm -rf "$out"
+}
+
 main() {
 	local raw status=0
 	parse_options "$@"
 	# This run's own folder, which takes wire-results/'s place when it
 	# ends: two runs at once never mix their files.
-	out=$(run_dir "$final")
+	out=$(run_dir "$final") pair=''
 	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
+	stop_on_signals on_signal
 	echo "session $server $PORT $size $writes $every $family" >"$out/plan"
 
 	echo "== two VMs on one virtual cable: $server in one," \
 		"rdma_pool_client -n $writes -k $every in the other, over IPv$family"
 	cd "$top"
+	# In the background, so that a signal's trap runs at once.
 	VM_TIMEOUT=${VM_TIMEOUT:-300} "$top/scripts/vm-pair.sh" \
-		--pcap "$out/cable.pcap" "$top/scripts/wire-session.sh" "$out" ||
-		status=$?
+		--pcap "$out/cable.pcap" "$top/scripts/wire-session.sh" "$out" &
+	pair=$!
+	wait "$pair" || status=$?
+	pair=
 	if [ "$status" != 0 ]; then
 		die "the two VMs did not run the session (vm-pair.sh exited" \
 			"$status; see above)"

@@ -16,9 +16,21 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/rdma-lib.sh
 . "$top/scripts/rdma-lib.sh"
+# shellcheck source=scripts/system-lib.sh
+. "$top/scripts/system-lib.sh"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-failed_runs=0
+failed_runs=0 stage_sid=''
+
+# on_signal SIG: every process of the stage that runs gets SIGTERM, which
+# its scripts turn into stopping their VMs and removing their devices (30
+# s for that at most); then this run's log goes too (stop_on_signals).
+on_signal() {
+	echo "run: SIG$1: stopping the stage that runs" >&2 || exec 2>/dev/null
+	[ -z "$stage_sid" ] || stop_session "$stage_sid" 30
+	rm -f "$log"
+}
+stop_on_signals on_signal
 
 # run NAME CMD...: CMD's PASS/FAIL lines count; if it fails without saying
 # which test failed (it crashed, or the VM did), that is a failure too.  A
@@ -31,7 +43,16 @@ run() {
 	shift
 	before=$(grep -c '^FAIL ' "$log" || true)
 	lines=$(wc -l <"$log")
-	"$@" 2>&1 | tee -a "$log" || status=$?
+	# In the background, so that a signal's trap runs at once, and in a
+	# session of its own, which on_signal stops whole.  Not being a process
+	# group leader here, setsid makes no new process: $! is the session's
+	# ID.
+	# shellcheck disable=SC2016 # expanded by that bash
+	setsid bash -c 'set -o pipefail; "${@:2}" 2>&1 | tee -a "$1"' \
+		stage "$log" "$@" &
+	stage_sid=$!
+	wait "$stage_sid" || status=$?
+	stage_sid=
 	if [ "$status" != 0 ] && [ "$(grep -c '^FAIL ' "$log" || true)" = "$before" ]; then
 		echo "FAIL $name: exited with status $status before its tests reported (see above)"
 		failed_runs=$((failed_runs + 1))

@@ -522,6 +522,53 @@ no_rxe_in_boot() {
 	fi
 }
 
+# run.sh (make test) stopped by SIGTERM, SIGHUP (to it alone: make passes
+# SIGTERM to its child only) or Ctrl-C (SIGINT to its process group) while
+# a stage runs: within seconds it ends by that signal, and so has every
+# process of the stage.  The stage here is a copy of run.sh's first, the
+# unit tests, which starts a sleep and waits.
+test_run_signal() {
+	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run i status=0 why=''
+	mkdir -p "$d/tests" "$d/scripts"
+	cp "$top/tests/run.sh" "$d/tests/"
+	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
+	printf '#!/bin/sh\nsleep 600 &\necho $! >"%s/sleep.pid"\nwait\n' "$d" >"$d/tests/unit_common"
+	chmod +x "$d/tests/unit_common"
+	set -m # a process group of its own, SIGINT not ignored: a terminal's job
+	env --default-signal="$sig" "$d/tests/run.sh" >"$d/log" 2>&1 &
+	run=$!
+	set +m
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$d/sleep.pid" ] && break
+		sleep 0.1
+	done
+	{
+		if [ "$target" = group ]; then
+			kill -s "$sig" -- "-$run"
+		else
+			kill -s "$sig" "$run"
+		fi
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$run" || break
+			sleep 0.1
+		done
+		kill -0 "$run" && why="run.sh still runs 10 s after SIG$sig" && kill -KILL -- "-$run"
+		wait "$run" || status=$?
+	} 2>/dev/null
+	if [ -z "$why" ] && [ ! -s "$d/sleep.pid" ]; then
+		why="the stage did not start: $(head -c 300 "$d/log")"
+	elif [ -z "$why" ] && kill -0 "$(cat "$d/sleep.pid")" 2>/dev/null; then
+		why="the stage's sleep still runs"
+	elif [ -z "$why" ] && [ "$status" != $((128 + $(kill -l "$sig"))) ]; then
+		why="run.sh exited $status, not by SIG$sig"
+	fi
+	[ ! -s "$d/sleep.pid" ] || kill "$(cat "$d/sleep.pid")" 2>/dev/null || true
+	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+}
+
+test_run_signal TERM alone sigterm_stops_the_stage
+test_run_signal HUP alone sighup_stops_the_stage
+test_run_signal INT group ctrl_c_stops_the_stage
 test_deps
 test_table_meaning
 test_packaging

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The VMs cut short: scripts/vm-run.sh (make test or make demo where this
-# machine's kernel has no rdma_rxe) and scripts/vm-pair.sh (make wire)
-# stopped by Ctrl-C (SIGINT to the whole process group, as a terminal sends
-# it) or by SIGTERM or SIGHUP to the script alone.  Within seconds every
-# qemu must be gone, and the VMs' folders, and the script must end by that
-# signal (so that the make or shell that started it stops too).  Runs on
-# this machine, where the VMs would.
+# machine's kernel has no rdma_rxe), scripts/vm-pair.sh and scripts/wire.sh
+# (make wire) stopped by Ctrl-C (SIGINT to the whole process group, as a
+# terminal sends it) or by SIGTERM or SIGHUP to the script alone.  Within
+# seconds every qemu must be gone, and the VMs' folders, and the script
+# must end by that signal (so that the make or shell that started it stops
+# too); wire.sh must publish nothing.  Runs on this machine, where the VMs
+# would.
 # Prints "PASS name" or "FAIL name: why" per test, then the summary.
 set -euo pipefail
 
@@ -23,18 +24,21 @@ jobs_now() {
 	ls -d "$vmdir"/job.* "$vmdir"/pair.* 2>/dev/null || true
 }
 
-# test_vm_interrupt SCRIPT NAME SIGNAL group|alone: SCRIPT (vm-run or
-# vm-pair) running "sleep 600" in its VMs gets SIGNAL.
+# test_vm_interrupt SCRIPT NAME SIGNAL group|alone [ARGS...]: SCRIPT
+# (vm-run or vm-pair, ARGS "sleep 600", the command of its VMs; or wire)
+# gets SIGNAL once its VMs run.
 test_vm_interrupt() {
 	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 before job='' run i
-	local status=0 pid='' why='' want log=$out/$1-$2.log
+	local status=0 pid='' why='' want log=$out/$1-$2.log results
+	shift 4
 	before=$(jobs_now)
+	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
 	# A process group of its own, as a terminal's job has (set -m; without
 	# it bash starts a background command with SIGINT ignored), and the
 	# signal's default action: a script cannot trap a signal it inherits
 	# ignored, and under nohup make test would inherit SIGHUP ignored.
 	set -m
-	env --default-signal="$sig" "$top/scripts/$script.sh" sleep 600 >"$log" 2>&1 &
+	env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>&1 &
 	run=$!
 	set +m
 	# Until a VM runs: its folder, and a qemu for it.
@@ -74,6 +78,9 @@ test_vm_interrupt() {
 		why="its folder $job is still there"
 	elif [ -z "$why" ] && [ "$status" != "$want" ]; then
 		why="$script.sh exited $status, not by SIG$sig ($want)"
+	elif [ -z "$why" ] && { [ "$(stat -c %i "$top/wire-results" 2>/dev/null || true)" != "$results" ] ||
+		compgen -G "$top/wire-results.run.*" >/dev/null; }; then
+		why="wire-results/ was replaced, or this run's folder left beside it"
 	fi
 	if [ -n "$why" ]; then
 		fail "$name" "$why: $(tail -n 3 "$log" | tr '\n' '|')"
@@ -84,8 +91,10 @@ test_vm_interrupt() {
 }
 
 for script in vm-run vm-pair; do
-	test_vm_interrupt "$script" ctrl_c INT group
-	test_vm_interrupt "$script" sigterm TERM alone
-	test_vm_interrupt "$script" sighup HUP alone
+	test_vm_interrupt "$script" ctrl_c INT group sleep 600
+	test_vm_interrupt "$script" sigterm TERM alone sleep 600
+	test_vm_interrupt "$script" sighup HUP alone sleep 600
 done
+test_vm_interrupt wire ctrl_c INT group
+test_vm_interrupt wire sigterm TERM alone
 report_end vm_interrupt
