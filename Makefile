@@ -49,8 +49,10 @@ all: $(PROGRAMS) $(TOOLS)
 check-build:
 	@scripts/deps.sh --check build
 
+# A make as root (sudo make test) leaves build/ root's: say so, by name.
 $(FLAGS): FORCE
 	@mkdir -p build
+	@test -w build || { echo "build/ is $$(stat -c %U build)'s, not yours to write (a make as root made it?): remove it (sudo rm -rf build) or make as $$(stat -c %U build)" >&2; exit 1; }
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
 # The programs, and the unit tests; the servers share common/server.c.

@@ -112,6 +112,30 @@ test_unknown_system() {
 
 # As an ordinary user, deps.sh installs nothing: it prints one command to
 # paste, with sudo, and fails.
+# build/ left by a make as root: a user's make names it and whose it is,
+# at once.
+test_root_build() {
+	local t=make/root_owned_build dir status=0 out=$work/root-build.out
+	if [ "$(id -u)" != 0 ]; then
+		echo "SKIP systems/$t: needs root, to make a build/ that is not the user's"
+		return
+	fi
+	open_copy # a folder nobody can reach
+	dir=$open_top/root-build
+	mkdir -p "$dir/build"
+	cp "$top/Makefile" "$dir/"
+	chown nobody "$dir"
+	setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		make -C "$dir" build/flags >"$out" 2>&1 || status=$?
+	if [ "$status" = 0 ]; then
+		fail "$t" "make build/flags as nobody went on: $(head -c 300 "$out")"
+	elif ! grep -qF "build/ is root's, not yours to write" "$out"; then
+		fail "$t" "no line naming build/ and its owner: $(head -c 300 "$out")"
+	else
+		pass "$t"
+	fi
+}
+
 test_not_root() {
 	local t=deps/not_root status=0 out=$work/user.out as_user=()
 	local open=$fixtures deps=$deps
@@ -511,7 +535,7 @@ no_rxe_in_boot() {
 	if [ -s "$work/installs" ]; then
 		fail "$t" "it installed a package: $(head -n 1 "$work/installs")"
 	elif [ "$status" != 0 ]; then
-		fail "$t" "vm-run.sh exited $status: $(tail -n 2 "$work/no-rxe.err" | paste -sd' ')"
+		fail "$t" "vm-run.sh exited $status: $(grep -m 1 -E 'Kernel panic|BUG:|Oops' "$work/no-rxe.err" || true) $(tail -n 2 "$work/no-rxe.err" | paste -sd' ')"
 	elif [ -z "$booted" ] || [ "$got" != "$booted" ] || [ "$from" = / ]; then
 		fail "$t" "the VM ran kernel '$got', and vm-run.sh named '$booted' from '$from', not a fetched kernel"
 	elif [ "$booted" != "$ver" ] && [ -n "$ver" ] &&
@@ -577,6 +601,7 @@ test_vm_kernel_failed_fetch
 test_static_probe
 test_make_names_the_package
 test_space_in_path
+test_root_build
 test_unknown_system
 test_not_root
 test_doctor_fixes
