@@ -7,7 +7,8 @@
 #   STAGE: N passed, N failed    the stage's last line (report_end STAGE)
 # A stage that sets report_prefix before sourcing this reports its tests as
 # PREFIXNAME; one that defines on_fail has it run after each FAIL line (to
-# show what the programs said).
+# show what the programs said).  signal_job stops a job a test started, as
+# a terminal or kill would.
 passed=0
 failed=0
 report_prefix=${report_prefix:-}
@@ -30,4 +31,31 @@ fail() {
 report_end() {
 	echo "$1: $passed passed, $failed failed"
 	[ "$failed" = 0 ]
+}
+
+# signal_job PID group|alone SIG SECONDS: SIG to the job PID (started under
+# set -m: a process group of its own) or to its whole group, as a terminal
+# sends Ctrl-C; then up to SECONDS for it to end.  Sets job_status to its
+# exit status; false if it was still running, and was then killed.
+# shellcheck disable=SC2034 # job_status is the caller's
+signal_job() {
+	local pid=$1 i
+	job_status=0
+	{ # (stderr away: bash reports a job of set -m killed by a signal)
+		if [ "$2" = group ]; then
+			kill -s "$3" -- "-$pid"
+		else
+			kill -s "$3" "$pid"
+		fi
+		for ((i = 0; i < $4 * 10; i++)); do
+			kill -0 "$pid" || break
+			sleep 0.1
+		done
+		if kill -0 "$pid"; then
+			kill -KILL -- "-$pid"
+			wait "$pid" || true
+			return 1
+		fi
+		wait "$pid" || job_status=$?
+	} 2>/dev/null
 }

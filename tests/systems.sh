@@ -566,19 +566,8 @@ test_run_signal() {
 		[ -s "$d/sleep.pid" ] && break
 		sleep 0.1
 	done
-	{
-		if [ "$target" = group ]; then
-			kill -s "$sig" -- "-$run"
-		else
-			kill -s "$sig" "$run"
-		fi
-		for ((i = 0; i < 100; i++)); do
-			kill -0 "$run" || break
-			sleep 0.1
-		done
-		kill -0 "$run" && why="run.sh still runs 10 s after SIG$sig" && kill -KILL -- "-$run"
-		wait "$run" || status=$?
-	} 2>/dev/null
+	signal_job "$run" "$target" "$sig" 10 || why="run.sh still runs 10 s after SIG$sig"
+	status=$job_status
 	if [ -z "$why" ] && [ ! -s "$d/sleep.pid" ]; then
 		why="the stage did not start: $(head -c 300 "$d/log")"
 	elif [ -z "$why" ] && kill -0 "$(cat "$d/sleep.pid")" 2>/dev/null; then

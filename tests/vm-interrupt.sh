@@ -55,22 +55,8 @@ test_vm_interrupt() {
 		return
 	fi
 	sleep 2 # into the guest's boot
-	{
-		if [ "$target" = group ]; then
-			kill -s "$sig" -- "-$run"
-		else
-			kill -s "$sig" "$run"
-		fi
-		for ((i = 0; i < 200; i++)); do
-			kill -0 "$run" || break
-			sleep 0.1
-		done
-		if kill -0 "$run"; then
-			why="$script.sh still runs 20 s after SIG$sig"
-			kill -KILL -- "-$run"
-		fi
-		wait "$run" || status=$?
-	} 2>/dev/null
+	signal_job "$run" "$target" "$sig" 20 || why="$script.sh still runs 20 s after SIG$sig"
+	status=$job_status
 	want=$((128 + $(kill -l "$sig")))
 	if [ -z "$why" ] && pgrep -f "vm_job=$job[/a-z]*( |$)" >/dev/null; then
 		why="a qemu of its still runs"
