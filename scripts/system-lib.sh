@@ -195,17 +195,54 @@ session_pids() {
 # to those still there SECONDS (5) later.  By session, not by process
 # group: timeout(1) moves itself and its command into a group of their own.
 stop_session() {
-	local pids i
-	pids=$(session_pids "$1")
+	stop_all "${2:-5}" session_pids "$1"
+}
+
+# stop_below SECONDS: the same for every process this script started, and
+# theirs: the background jobs of a script are not stopped with it (bash
+# starts them with SIGINT ignored), and may be in groups of their own.
+stop_below() {
+	# shellcheck disable=SC2046 # PIDs, one word each
+	stop_all "$1" alive $(descendants $$)
+}
+
+# stop_all SECONDS CMD...: SIGTERM to the processes CMD lists, then SIGKILL
+# to those it still lists SECONDS later.
+stop_all() {
+	local secs=$1 pids i
+	shift
+	pids=$("$@")
 	[ -n "$pids" ] || return 0
 	# shellcheck disable=SC2086
 	kill -TERM $pids 2>/dev/null || true
-	for ((i = 0; i < ${2:-5} * 10; i++)); do
-		pids=$(session_pids "$1")
+	for ((i = 0; i < secs * 10; i++)); do
+		pids=$("$@")
 		[ -n "$pids" ] || return 0
 		sleep 0.1
 	done
-	echo "${0##*/}: still running ${2:-5} s after SIGTERM, killed: ${pids//$'\n'/ }" >&2
+	echo "${0##*/}: still running $secs s after SIGTERM, killed: ${pids//$'\n'/ }" >&2
 	# shellcheck disable=SC2086
 	kill -KILL $pids 2>/dev/null || true
+}
+
+# descendants PID: the processes below PID now (one whose parent has ended
+# belongs to init, and is no longer below it).
+descendants() {
+	ps -e -o pid=,ppid= | awk -v top="$1" '{ kids[$2] = kids[$2] " " $1 }
+		END { n = split(kids[top], q, " ")
+			for (i = 1; i <= n; i++) {
+				print q[i]
+				m = split(kids[q[i]], more, " ")
+				for (j = 1; j <= m; j++) q[++n] = more[j]
+			} }'
+}
+
+# alive PID...: those of them that still run (not ended, nor a zombie).
+alive() {
+	local pid stat
+	for pid; do
+		read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
+		stat=${stat##*) }
+		[ "${stat%% *}" = Z ] || echo "$pid"
+	done
 }

@@ -14,11 +14,25 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/rdma-lib.sh
 . "$top/scripts/rdma-lib.sh"
+# shellcheck source=scripts/system-lib.sh
+. "$top/scripts/system-lib.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/host-mode.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 report_prefix=host_mode/
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
+
+# Ctrl-C, SIGTERM or SIGHUP: what the tests started is stopped (each
+# soft-roce.sh then removes its own device), then what the test that ran
+# made, and the modules it loaded.
+on_signal() {
+	echo "host-mode: SIG$1: stopping the tests" >&2 || exec 2>/dev/null
+	stop_below 20
+	finish
+	modules_restore
+	rm -rf "$work"
+}
+stop_on_signals on_signal
 
 # What the harness may create, and must remove again: rdma links,
 # network interfaces, and the modules it loads.
@@ -167,7 +181,7 @@ ours() {
 # when the signal comes (a dead tee; a closed terminal fails writes too).
 test_interrupt() {
 	local name=$1 sig=$2 target=$3 dir=$work/${1//\//_} before
-	local harness status=0 i left why='' want reader='' err
+	local harness status left why='' want reader='' err
 	mkdir "$dir"
 	before=$(machine_state)
 	err=$dir/log
@@ -187,12 +201,7 @@ test_interrupt() {
 		"$dir" "$top" >"$dir/log" 2>"$err" &
 	harness=$!
 	set +m
-	for ((i = 0; i < 600; i++)); do
-		grep -q '^granted ' "$dir/client" 2>/dev/null && break
-		kill -0 "$harness" 2>/dev/null || break
-		sleep 0.1
-	done
-	if ! grep -q '^granted ' "$dir/client" 2>/dev/null; then
+	if ! wait_until "$harness" 60 grep -qs '^granted ' "$dir/client"; then
 		kill -TERM "$harness" 2>/dev/null || true
 		wait "$harness" || true
 		fail "$name" "the client never streamed: $(tail -n 5 "$dir/log" | tr '\n' '|')"
@@ -202,23 +211,8 @@ test_interrupt() {
 		kill "$reader"
 		wait "$reader" 2>/dev/null || true
 	fi
-	if [ "$target" = group ]; then
-		kill -s "$sig" -- "-$harness"
-	else
-		kill -s "$sig" "$harness"
-	fi
-	# (Its stderr away: bash reports a job of set -m killed by a signal.)
-	{
-		for ((i = 0; i < 200; i++)); do
-			kill -0 "$harness" || break
-			sleep 0.1
-		done
-		if kill -0 "$harness"; then
-			why="the harness still runs 20 s after SIG$sig"
-			kill -KILL -- "-$harness" || true
-		fi
-		wait "$harness" || status=$?
-	} 2>/dev/null
+	signal_job "$harness" "$target" "$sig" 20 || why="the harness still runs 20 s after SIG$sig"
+	status=$job_status
 	want=$((128 + $(kill -l "$sig")))
 	left=$(ours "$dir")
 	if [ -z "$why" ] && [ -n "$left" ]; then
@@ -280,23 +274,22 @@ test_two_demos() {
 # demo (two_demos_at_once met it once, on 6.12 under SANITIZE=1).
 test_demo_beside_churn() {
 	local t=demo/kernel_view_beside_another_device dir=$work/churn churn status=0 why=''
-	local before
+	local before dev=rxe_chrn$$
 	mkdir "$dir"
 	before=$(machine_state | grep -v '^module')
 	modprobe -a rdma_rxe dummy
 	# Down: a device on it is no ACTIVE port a run could take for its own.
-	ip link add rxe_churn0 type dummy
+	ip link add "$dev" type dummy
+	when_finished "ip link delete $dev"
 	# shellcheck disable=SC2016 # expanded by sh
-	sh -c 'while [ ! -e "$1/end" ]; do
-		rdma link add rxe_churn type rxe netdev rxe_churn0
-		rdma link delete rxe_churn
-	done' sh "$dir" >/dev/null 2>&1 &
+	sh -c 'while :; do
+		rdma link add "$1" type rxe netdev "$1"
+		rdma link delete "$1"
+	done' sh "$dev" >/dev/null 2>&1 &
 	churn=$!
+	when_finished "kill $churn 2>/dev/null; wait $churn; rdma link delete $dev 2>/dev/null"
 	make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$dir/log" 2>&1 || status=$?
-	touch "$dir/end"
-	wait "$churn" || true
-	rdma link delete rxe_churn 2>/dev/null || true
-	ip link delete rxe_churn0
+	finish
 	if [ "$status" != 0 ]; then
 		why="make demo exited $status: $(tail -n 3 "$dir/log" | tr '\n' '|')"
 	elif [ "$(grep -c '^doorbell qp=.* ok$' "$dir/log")" != 10 ]; then
@@ -314,25 +307,17 @@ test_demo_beside_churn() {
 # modules, and must leave the second's device, interface and programs
 # working (removing the dummy module would delete every dummy interface).
 test_overlapping_runs() {
-	local t=overlapping_runs dir=$work/overlap before first second i why=''
+	local t=overlapping_runs dir=$work/overlap before first second why=''
 	mkdir "$dir"
 	modules_restore
 	before=$(machine_state)
 	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/first.log" 2>&1 &
 	first=$!
-	for ((i = 0; i < 300; i++)); do
-		[ -e "$dir/up" ] || [ ! -d "/proc/$first" ] && break
-		sleep 0.1
-	done
+	wait_until "$first" 30 test -e "$dir/up" || true
 	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" >"$dir/log" 2>&1 &
 	second=$!
-	for ((i = 0; i < 600; i++)); do
-		grep -q '^granted ' "$dir/client" 2>/dev/null && break
-		kill -0 "$second" 2>/dev/null || break
-		sleep 0.1
-	done
-	if ! grep -q '^granted ' "$dir/client" 2>/dev/null; then
+	if ! wait_until "$second" 60 grep -qs '^granted ' "$dir/client"; then
 		why="the second run's client never streamed: $(tail -n 3 "$dir/log" | tr '\n' '|')"
 	fi
 	touch "$dir/end"
@@ -353,6 +338,47 @@ test_overlapping_runs() {
 	[ "$(machine_state)" = "$before" ] ||
 		why+="left behind: $(left_behind "$before" "$(machine_state)")"
 	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+}
+
+# test_stopped NAME TEST READY: Ctrl-C to this stage itself while it runs
+# TEST alone, once READY (a line of shell, in the stage's own folder) is
+# true: every process it started must be gone, with the devices, the
+# interfaces and the modules it made, and its folder; and it must end by
+# SIGINT.  (Its background jobs run with SIGINT ignored.)
+test_stopped() {
+	local t=stopped/$1 dir=$work/stopped-$1 stage before below='' why=''
+	mkdir "$dir"
+	before=$(machine_state)
+	set -m
+	HOST_MODE_TESTS=$2 TMPDIR=$dir env --default-signal=INT "$top/tests/host-mode.sh" \
+		>"$dir/log" 2>&1 &
+	stage=$!
+	set +m
+	! wait_until "$stage" 90 in_stage "$dir" "$3" || below=$(descendants "$stage")
+	if [ -z "$below" ]; then
+		why="never got to '$3'"
+	elif ! signal_job "$stage" group INT 30; then
+		why="it still ran 30 s after SIGINT"
+	elif [ "$job_status" != 130 ]; then
+		why="it exited $job_status, not by SIGINT (130)"
+	fi
+	sleep 1
+	# shellcheck disable=SC2086 # PIDs, one word each
+	below=$(alive $below)
+	[ -n "$why" ] || [ -z "$below" ] ||
+		why="still running: $(ps -o args= -p "${below//$'\n'/,}" | tr '\n' '|')"
+	# shellcheck disable=SC2086 # the next test starts clean
+	stop_all 10 alive $below
+	[ -n "$why" ] || [ "$(machine_state)" = "$before" ] ||
+		why="left behind: $(left_behind "$before" "$(machine_state)")"
+	[ -n "$why" ] || [ -z "$(find "$dir" -mindepth 1 ! -name log)" ] ||
+		why="left in its TMPDIR: $(find "$dir" -mindepth 1 -maxdepth 1 ! -name log | tr '\n' ' ')"
+	if [ -n "$why" ]; then fail "$t" "$why: $(tail -n 3 "$dir/log" | tr '\n' '|')"; else pass "$t"; fi
+}
+
+# in_stage DIR CMD: CMD, in the folder of the stage run with TMPDIR=DIR.
+in_stage() {
+	(cd "$1"/host-mode.* && eval "$2") 2>/dev/null
 }
 
 # modules_restore: the modules as they were for the tests that follow, if
@@ -436,10 +462,7 @@ test_demo_client_dies() {
 	pid=$!
 	exec {k}>"$dir/keys"
 	echo >&"$k" # past the view before the client
-	for ((i = 0; i < 600; i++)); do
-		grep -q '^== the kernel, once the client holds' "$dir/log" && break
-		sleep 0.1
-	done
+	wait_until "$pid" 60 grep -q '^== the kernel, once the client holds' "$dir/log" || true
 	sleep 2 # the view's rows, then the demo waits for a key
 	pkill -KILL -f "^$top/rdma_pool_client " || why="no client to kill; "
 	echo >&"$k"
@@ -471,6 +494,11 @@ if [ "$(id -u)" != 0 ] && [ -z "$(active_ports)" ]; then
 	exit 1
 fi
 modules_before=$(machine_state | grep '^module' || true)
+if [ -n "${HOST_MODE_TESTS:-}" ]; then # a part of the stage: test_stopped
+	eval "$HOST_MODE_TESTS"
+	report_end host_mode
+	exit
+fi
 test_demo
 if [ -z "$(active_ports)" ]; then
 	test_interrupt interrupt/ctrl_c INT group
@@ -483,8 +511,10 @@ if [ -z "$(active_ports)" ]; then
 	test_leftover
 	test_lock_not_users
 	test_demo_client_dies
+	test_stopped during_churn test_demo_beside_churn "grep -q '^soft-roce: mode' churn/log"
+	test_stopped during_overlapping_runs test_overlapping_runs "grep -q '^granted ' overlap/client"
 else
-	for t in interrupt two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed lock_not_users demo/client_dies; do
+	for t in interrupt stopped two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed lock_not_users demo/client_dies; do
 		echo "SKIP host_mode/$t: an RDMA device is already here, and these tests make and remove devices of their own"
 	done
 fi

@@ -8,7 +8,8 @@
 # A stage that sets report_prefix before sourcing this reports its tests as
 # PREFIXNAME; one that defines on_fail has it run after each FAIL line (to
 # show what the programs said).  signal_job stops a job a test started, as
-# a terminal or kill would.
+# a terminal or kill would, once wait_until has seen it get where it
+# should; when_finished names what a test must undo.
 passed=0
 failed=0
 report_prefix=${report_prefix:-}
@@ -58,4 +59,31 @@ signal_job() {
 		fi
 		wait "$pid" || job_status=$?
 	} 2>/dev/null
+}
+
+# wait_until PID SECONDS CMD...: true once CMD is, false if the job PID
+# ends first, or SECONDS pass.
+wait_until() {
+	local pid=$1 i
+	for ((i = 0; i < $2 * 10; i++)); do
+		"${@:3}" && return 0
+		kill -0 "$pid" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# when_finished CMD: CMD (a line of shell) undoes what the test just made;
+# finish runs the test's CMDs, the last first, once it ends, and a test
+# script's signal handler runs them when it is stopped midway (git's
+# test_when_finished).
+finish_cmds=''
+when_finished() {
+	finish_cmds="$1; $finish_cmds"
+}
+
+finish() {
+	local cmds=$finish_cmds
+	finish_cmds=''
+	eval "$cmds" || true
 }
