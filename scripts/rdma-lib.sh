@@ -78,12 +78,14 @@ rping_works() {
 		# range starts by default: the CM gives ports from that range to
 		# binds on port 0, as the tests' servers make.
 		port=$((20000 + RANDOM % 12768))
-		timeout 30 rping -s -a "$addr" -p "$port" -C 1 >/dev/null 2>&1 &
+		# --foreground: in the caller's process group, which a Ctrl-C
+		# reaches (timeout(1) otherwise moves to a group of its own).
+		timeout --foreground 30 rping -s -a "$addr" -p "$port" -C 1 >/dev/null 2>&1 &
 		server=$!
 		# The client does not wait for the server to listen: retry while
 		# the server is there (a loaded machine is slow to start it).
 		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			if rping_error=$(timeout 10 rping -c -a "$addr" -p "$port" -C 1 2>&1 >/dev/null); then
+			if rping_error=$(timeout --foreground 10 rping -c -a "$addr" -p "$port" -C 1 2>&1 >/dev/null); then
 				rping_stop "$server"
 				return 0
 			fi

@@ -407,7 +407,9 @@ choose_accel() {
 	if [ ! -s "$cache" ]; then
 		qemu_cmd kvm "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
 			"console=ttyS1 quiet loglevel=1 panic=-1 vm_probe=1" 256 1
-		out=$(timeout --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
+		# --foreground: in this shell's process group, where a Ctrl-C
+		# reaches it (timeout(1) otherwise moves to a group of its own).
+		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
 			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
 		if [[ $out == *"vm-probe: booted"* ]]; then
 			echo kvm >"$cache"
@@ -421,7 +423,8 @@ choose_accel() {
 	else
 		say "accelerator: TCG, software emulation (/dev/kvm is there," \
 			"but a probe guest did not boot under it within" \
-			"${KVM_PROBE_SECONDS}s)"
+			"${KVM_PROBE_SECONDS}s; this boot's answer, kept in $cache:" \
+			"delete it to probe again, or set VM_ACCEL)"
 	fi
 }
 

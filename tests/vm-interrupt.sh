@@ -5,7 +5,7 @@
 # terminal sends it) or by SIGTERM or SIGHUP to the script alone.  Within
 # seconds every qemu must be gone, and the VMs' folders, and the script
 # must end by that signal (so that the make or shell that started it stops
-# too); wire.sh must publish nothing.  Runs on this machine, where the VMs
+# too); wire.sh must publish nothing.  So must vm-run.sh's KVM probe.  Runs on this machine, where the VMs
 # would.
 # Prints "PASS name" or "FAIL name: why" per test, then the summary.
 set -euo pipefail
@@ -18,6 +18,14 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$vmdir"
 out=$(mktemp -d "${TMPDIR:-/tmp}/vm-interrupt.XXXXXX")
 trap 'rm -rf "$out"' EXIT
+# This script stopped: the job it runs is in a group of its own, and
+# stops only when told.
+on_signal() {
+	echo "vm-interrupt: SIG$1: stopping the tests" >&2 || exec 2>/dev/null
+	stop_below 20
+	rm -rf "$out"
+}
+stop_on_signals on_signal
 
 # jobs_now: the VMs' folders there are.
 jobs_now() {
@@ -76,6 +84,37 @@ test_vm_interrupt() {
 	fi
 }
 
+# Ctrl-C while vm-run.sh's KVM probe runs (a qemu of its own, for up to
+# KVM_PROBE_SECONDS where a guest hangs under KVM): the probe must stop at
+# once too.  With no answer kept for this boot, the probe runs again.
+test_probe_interrupt() {
+	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe cache run probe='' why=''
+	if [ ! -w /dev/kvm ] || [ -n "${VM_ACCEL:-}" ]; then
+		echo "SKIP $name: no usable /dev/kvm here, or VM_ACCEL set: no probe runs"
+		return
+	fi
+	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id)
+	mv "$cache" "$cache.kept" 2>/dev/null || true
+	set -m
+	"$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1 &
+	run=$!
+	set +m
+	if wait_until "$run" 60 pgrep -f 'vm_probe=1' >/dev/null; then
+		probe=$(pgrep -f 'vm_probe=1') || true
+	fi
+	if [ -z "$probe" ]; then
+		why="no probe ran"
+	elif ! signal_job "$run" group INT 5; then
+		why="vm-run.sh still ran 5 s after SIGINT"
+	fi
+	# shellcheck disable=SC2086 # PIDs, one word each
+	[ -n "$why" ] || [ -z "$(alive $probe)" ] || why="the probe's qemu still runs"
+	pkill -KILL -f 'vm_probe=1' || true
+	[ ! -e "$cache.kept" ] || mv "$cache.kept" "$cache"
+	if [ -n "$why" ]; then fail "$name" "$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')"; else pass "$name"; fi
+}
+
+test_probe_interrupt
 for script in vm-run vm-pair; do
 	test_vm_interrupt "$script" ctrl_c INT group sleep 600
 	test_vm_interrupt "$script" sigterm TERM alone sleep 600
