@@ -320,12 +320,6 @@ check_prereqs() {
 			die "this machine has no /lib/modules, which the VM's" \
 				"kernel needs to show its modules: sudo mkdir /lib/modules"
 	fi
-	# The path goes on the kernel command line (split at spaces) and into
-	# qemu options (split at commas).
-	if [[ ! $repo =~ ^[A-Za-z0-9/._+-]+$ ]]; then
-		die "the repository path '$repo' has spaces or other" \
-			"characters qemu options cannot carry: move it"
-	fi
 }
 
 # Builds the initramfs once per kernel and init script, in build/vm/, and
@@ -431,6 +425,15 @@ choose_accel() {
 # Checks the prerequisites and sets what every boot needs: vm_ver and
 # vm_root (the kernel), vm_initramfs and vm_accel.
 vm_prepare() {
+	local path
+	# These paths go on the kernel command line (split at spaces) and into
+	# qemu options (split at commas): checked before anything is installed
+	# or fetched.
+	for path in "the repository, $repo," "KERNEL_CACHE, $KERNEL_CACHE,"; do
+		[[ ${path#*, } =~ ^[A-Za-z0-9/._+-]+,$ ]] ||
+			die "$path has spaces or other characters qemu options" \
+				"cannot carry: move it"
+	done
 	# What a VM needs and this machine lacks: installed now as root, else
 	# named.  A kernel, if need be, once the others are there.
 	"$repo/scripts/deps.sh" vm ||

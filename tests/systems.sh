@@ -277,6 +277,22 @@ test_space_in_path() {
 	fi
 }
 
+# A KERNEL_CACHE with a space cannot reach the VM's kernel command line:
+# vm-run.sh must say so at once, before it installs or fetches anything.
+test_space_in_kernel_cache() {
+	local t=vm/space_in_kernel_cache cache="$work/kernels here" status=0 out=$work/cache.out
+	KERNEL_CACHE=$cache VM_KERNEL='' timeout 20 "$top/scripts/vm-run.sh" true >"$out" 2>&1 || status=$?
+	if [ "$status" = 0 ] || [ "$status" = 124 ]; then
+		fail "$t" "vm-run.sh exited $status: $(tail -n 2 "$out" | paste -sd' ')"
+	elif ! grep -qF "KERNEL_CACHE, $cache, has spaces" "$out"; then
+		fail "$t" "no line naming '$cache': $(head -c 300 "$out")"
+	elif [ -e "$cache" ]; then
+		fail "$t" "it made '$cache' first"
+	else
+		pass "$t"
+	fi
+}
+
 # The static-busybox probe (the VM's init runs busybox before any shared
 # library can be reached): a program with no loader passes, static-pie too
 # (where ldd exits 0), and one with a loader fails.
@@ -590,6 +606,7 @@ test_vm_kernel_failed_fetch
 test_static_probe
 test_make_names_the_package
 test_space_in_path
+test_space_in_kernel_cache
 test_root_build
 test_unknown_system
 test_not_root

@@ -32,6 +32,13 @@ jobs_now() {
 	ls -d "$vmdir"/job.* "$vmdir"/pair.* 2>/dev/null || true
 }
 
+# qemus JOB: the qemus of the VMs in folder JOB (or JOB/a, JOB/b), and their
+# timeout(1).  The path is matched as it is, not as a pattern.
+qemus() {
+	pgrep -af qemu-system | awk -v j="vm_job=$1" '{ for (i = 2; i <= NF; i++)
+		if ($i == j || index($i, j "/") == 1) { print $1; next } }'
+}
+
 # test_vm_interrupt SCRIPT NAME SIGNAL group|alone [ARGS...]: SCRIPT
 # (vm-run or vm-pair, ARGS "sleep 600", the command of its VMs; or wire)
 # gets SIGNAL once its VMs run.
@@ -52,7 +59,7 @@ test_vm_interrupt() {
 	# Until a VM runs: its folder, and a qemu for it.
 	for ((i = 0; i < 600; i++)); do
 		job=$(comm -13 <(echo "$before") <(jobs_now) | head -n 1)
-		[ -z "$job" ] || pid=$(pgrep -f "vm_job=$job[/a-z]*( |$)" | head -n 1) || true
+		[ -z "$job" ] || pid=$(qemus "$job" | head -n 1)
 		[ -n "$pid" ] && break
 		kill -0 "$run" 2>/dev/null || break
 		sleep 0.1
@@ -66,7 +73,7 @@ test_vm_interrupt() {
 	signal_job "$run" "$target" "$sig" 20 || why="$script.sh still runs 20 s after SIG$sig"
 	status=$job_status
 	want=$((128 + $(kill -l "$sig")))
-	if [ -z "$why" ] && pgrep -f "vm_job=$job[/a-z]*( |$)" >/dev/null; then
+	if [ -z "$why" ] && [ -n "$(qemus "$job")" ]; then
 		why="a qemu of its still runs"
 	elif [ -z "$why" ] && [ -e "$job" ]; then
 		why="its folder $job is still there"
@@ -78,7 +85,8 @@ test_vm_interrupt() {
 	fi
 	if [ -n "$why" ]; then
 		fail "$name" "$why: $(tail -n 3 "$log" | tr '\n' '|')"
-		pkill -KILL -f "vm_job=$job[/a-z]*( |$)" || true
+		# shellcheck disable=SC2046 # PIDs, one word each
+		kill -KILL $(qemus "$job") 2>/dev/null || true
 	else
 		pass "$name"
 	fi
