@@ -10,7 +10,8 @@
 # passed, N failed"; exits non-zero if anything failed or if the Soft-RoCE
 # tests could not run: they are never skipped.  A test
 # that cannot run for this user (it needs root) says SKIP and why; under CI
-# (CI set), where everything runs as root, a SKIP counts as a failure.
+# (CI set), where everything runs as root, each test skipped counts as a
+# failure.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,7 +21,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/system-lib.sh"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-failed_runs=0 stage_sid=''
+failed_runs=0 stage_sid='' skipped=''
 
 # on_signal SIG: every process of the stage that runs gets SIGTERM, which
 # its scripts turn into stopping their VMs and removing their devices (30
@@ -73,9 +74,10 @@ run() {
 }
 
 # check_plan STAGE OUTPUT: every test tests/plan.txt names for STAGE
-# reported (PASS, FAIL, or SKIP of it or of a test it belongs to: SKIP a
-# covers a/b), and STAGE reported no test the plan lacks.  A stage that
-# stopped early, or a test left out by a change, fails here by name.
+# reported PASS, FAIL or SKIP, and STAGE reported no test the plan lacks.
+# A SKIP of a/b stands for every a/b/... the plan names, each one counted
+# and named in the summary as skipped.  A stage that stopped early, or a
+# test left out by a change, fails here by name.
 check_plan() {
 	local stage=$1 reported planned missing extra
 	reported=$(sed -nE 's/^(PASS|FAIL|SKIP) ([^ :]+).*/\1 \2/p' <<<"$2" | sort -u)
@@ -84,12 +86,14 @@ check_plan() {
 		{ name = $0
 		  if (name in seen) next
 		  for (p = name; ; sub("/[^/]*$", "", p)) {
-			if (p in skip) next
+			if (p in skip) { print "skipped", name; next }
 			if (p !~ "/") break
 		  }
-		  print name }' <(echo "$reported") <(echo "$planned") | sed '/^$/d')
-	extra=$(awk 'NR == FNR { planned[$1]; next }
-		$1 != "SKIP" && !($2 in planned) { print $2 }' \
+		  print "missing", name }' <(echo "$reported") <(echo "$planned") | sed '/^$/d')
+	skipped+=$(sed -n 's/^skipped /  /p' <<<"$missing")${missing:+$'\n'}
+	missing=$(sed -n 's/^missing //p' <<<"$missing")
+	extra=$(awk 'NR == FNR { planned[$1]; for (p = $1; sub("/[^/]*$", "", p); ) group[p]; next }
+		!($2 in planned) && !($1 == "SKIP" && $2 in group) { print $2 }' \
 		<(echo "$planned") <(echo "$reported") | sed '/^$/d')
 	if [ -n "$missing" ]; then
 		echo "FAIL $stage: $(wc -l <<<"$missing") of the tests tests/plan.txt names for it did not report: $(head -n 5 <<<"$missing" | paste -sd' ')"
@@ -130,14 +134,16 @@ run vm_interrupt "$top/tests/vm-interrupt.sh"
 run wire "$top/tests/wire.sh"
 
 passed=$(grep -c '^PASS ' "$log" || true)
-skipped=$(grep -c '^SKIP ' "$log" || true)
 failed=$(($(grep -c '^FAIL ' "$log" || true) + failed_runs))
-if [ "$skipped" != 0 ]; then
-	echo "$skipped skipped:"
+skipped=$(sed '/^$/d' <<<"$skipped")
+if [ -n "$skipped" ]; then
+	echo "$(wc -l <<<"$skipped") skipped:"
+	echo "$skipped"
+	echo "by these lines:"
 	grep '^SKIP ' "$log" | sed 's/^/  /'
 	if [ -n "${CI:-}" ]; then
-		echo "under CI nothing may be skipped: each SKIP counts as a failure"
-		failed=$((failed + skipped))
+		echo "under CI nothing may be skipped: each test skipped counts as a failure"
+		failed=$((failed + $(wc -l <<<"$skipped")))
 	fi
 fi
 echo "$passed passed, $failed failed"

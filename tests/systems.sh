@@ -595,6 +595,34 @@ test_run_signal() {
 	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
 }
 
+# run.sh's account of skips: a SKIP of a group stands for each test of it
+# that the plan names, each counted; a SKIP of a name the plan lacks fails.
+# Every stage here is a stub that prints its summary; unit's skips group
+# g (three tests) and one test that is in no plan.
+test_run_skips() {
+	local t=run/skip_counts_each_test d=$work/run-skips s status=0 why=''
+	mkdir -p "$d/tests" "$d/scripts"
+	cp "$top/tests/run.sh" "$d/tests/"
+	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
+	printf 'unit unit/g/a\nunit unit/g/b\nunit unit/g/c\nunit unit/d\n' >"$d/tests/plan.txt"
+	for s in tests/unit_client tests/twins.sh tests/fuzz.sh tests/systems.sh tests/host-mode.sh \
+		scripts/vm-run.sh scripts/deps.sh tests/vm-interrupt.sh tests/wire.sh; do
+		printf '#!/bin/sh\necho "stub: 0 passed, 0 failed"\n' >"$d/$s"
+	done
+	printf '#!/bin/sh\necho "SKIP unit/g: why"\necho "SKIP unit/e: why"\necho "PASS unit/d"\necho "stub: 1 passed, 0 failed"\n' >"$d/tests/unit_common"
+	chmod +x "$d"/tests/* "$d"/scripts/*
+	CI='' "$d/tests/run.sh" >"$d/log" 2>&1 || status=$?
+	if [ "$status" = 0 ]; then
+		why="run.sh exited 0"
+	elif ! grep -qx 'FAIL unit: tests that tests/plan.txt does not name (add them there): unit/e' "$d/log"; then
+		why="no FAIL for the SKIP of unit/e, which no plan names"
+	elif ! grep -q '^3 skipped' "$d/log" || ! grep -qx '  unit/g/c' "$d/log"; then
+		why="the three tests of unit/g are not counted and named as skipped"
+	fi
+	if [ -n "$why" ]; then fail "$t" "$why: $(tail -n 6 "$d/log" | paste -sd'|')"; else pass "$t"; fi
+}
+
+test_run_skips
 test_run_signal TERM alone sigterm_stops_the_stage
 test_run_signal HUP alone sighup_stops_the_stage
 test_run_signal INT group ctrl_c_stops_the_stage
