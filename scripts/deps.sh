@@ -79,7 +79,7 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe entries desc pkgs p cmd note
+	local mode=install purpose need probe entries desc pkgs p cmd note update out
 	local wanted=() missing=() unavailable=() unknown=() seen=' '
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -170,8 +170,18 @@ main() {
 	fi
 	say "installing for ${wanted[*]}: ${pkgs[*]}"
 	if [ "${cmd[0]}" = apt-get ]; then
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive "${cmd[@]}" -qq >/dev/null
+		# Where a source cannot be reached, apt-get update warns and
+		# exits 0 (measured, apt 2.6): its first warning names the cause
+		# if the install then fails ("Unable to locate package").
+		update=$(apt-get update -qq 2>&1) || true
+		update=$(grep -m 1 '^[WE]: ' <<<"$update") || true
+		if ! out=$(DEBIAN_FRONTEND=noninteractive "${cmd[@]}" -qq 2>&1 >/dev/null); then
+			[ -n "$update" ] || { echo "$out" >&2 && return 1; }
+			say "cannot install ${pkgs[*]}: apt-get update could not" \
+				"reach the package archive (${update#?: }); give this" \
+				"machine the network, or install them by hand"
+			return 1
+		fi
 	else
 		"${cmd[@]}" -q
 	fi

@@ -35,7 +35,7 @@ stage=''
 trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
 
 main() {
-	local suite=${1:-bookworm-backports} apt dir opts pkg ver
+	local suite=${1:-bookworm-backports} apt dir opts pkg ver warned
 	if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
 		die "this fetches Debian's kernels with apt-get and dpkg; on" \
 			"this system, set VM_KERNEL to a kernel in /boot instead"
@@ -61,11 +61,17 @@ main() {
 		-o "Dir::State::status=$apt/status"
 		-o "Dir::Cache=$apt/cache"
 		-o APT::Sandbox::User=root)
-	apt-get -qq "${opts[@]}" update ||
-		die "apt-get update of $suite from $(mirror) failed"
+	# Unreachable, the archive gets a warning and exit status 0: kept,
+	# to name the cause if no list was fetched, now or before.
+	warned=$(apt-get -qq "${opts[@]}" update 2>&1) ||
+		die "apt-get update of $suite from $(mirror) failed: $warned"
+	warned=$(grep -m 1 '^W: ' <<<"$warned") || true
 	# linux-image-amd64 depends on the suite's newest kernel package.
 	pkg=$(apt-cache "${opts[@]}" show linux-image-amd64 2>/dev/null |
-		sed -n 's/^Depends: \(linux-image-[0-9][^ ,]*\).*/\1/p' | head -n 1)
+		sed -n 's/^Depends: \(linux-image-[0-9][^ ,]*\).*/\1/p' | head -n 1) || true
+	[ -n "$pkg" ] || [ -z "$warned" ] || die "cannot reach Debian's archive" \
+		"(${warned#W: }): give this machine the network, or set VM_KERNEL" \
+		"to a kernel in /boot"
 	[ -n "$pkg" ] || die "$suite has no linux-image-amd64"
 	ver=${pkg#linux-image-}
 	dir=$KERNEL_CACHE/$ver

@@ -277,6 +277,37 @@ test_space_in_path() {
 	fi
 }
 
+# No network (a network namespace of its own), as on a fresh machine: the
+# archive's lists never fetched and nothing installed (empty ones, in a
+# mount namespace), so deps.sh build has two packages to install, and the
+# VMs' kernel has no list to come from.  Each says in one line that the
+# archive cannot be reached, and what to do.
+test_no_network() {
+	local out=$work/nonet.out status=0 got
+	if [ "$(id -u)" != 0 ] || [ ! -d /var/lib/dpkg ] || ! command -v apt-get >/dev/null; then
+		echo "SKIP systems/no_network: needs root and apt, to run apt-get with no network"
+		return
+	fi
+	# shellcheck disable=SC2016 # expanded by sh
+	PKG_CONFIG_LIBDIR=/nonexistent unshare --mount --net sh -c '
+		mount -t tmpfs none /var/lib/apt/lists && mkdir /var/lib/apt/lists/partial &&
+		mount -t tmpfs none /var/lib/dpkg && mkdir /var/lib/dpkg/info /var/lib/dpkg/updates &&
+		touch /var/lib/dpkg/status && exec "$1" build' sh "$deps" >"$out" 2>&1 || status=$?
+	got=$(grep '^deps: cannot install .*libibverbs-dev.*: apt-get update could not reach the package archive (.*); give this machine the network' "$out")
+	if [ "$status" != 1 ] || [ -z "$got" ]; then
+		fail no_network/deps "exited $status, not 1 with a line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
+	else
+		pass no_network/deps
+	fi
+	status=0
+	KERNEL_CACHE=$work/nonet-kernels unshare --net "$top/scripts/vm-kernel.sh" >"$out" 2>&1 || status=$?
+	if [ "$status" = 0 ] || ! grep -q "^vm-kernel: cannot reach Debian's archive (.*): give this machine the network" "$out"; then
+		fail no_network/vm_kernel "exited $status, with no line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
+	else
+		pass no_network/vm_kernel
+	fi
+}
+
 # A KERNEL_CACHE with a space cannot reach the VM's kernel command line:
 # vm-run.sh must say so at once, before it installs or fetches anything.
 test_space_in_kernel_cache() {
@@ -635,6 +666,7 @@ test_static_probe
 test_make_names_the_package
 test_space_in_path
 test_space_in_kernel_cache
+test_no_network
 test_root_build
 test_unknown_system
 test_not_root
