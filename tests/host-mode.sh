@@ -34,19 +34,36 @@ on_signal() {
 }
 stop_on_signals on_signal
 
-# What the harness may create, and must remove again: rdma links,
-# network interfaces, and the modules it loads.
+# machine_state [devices|modules]: what the harness may create, and must
+# remove again: its rdma links and interfaces (rxe_demo<PID>, rxe_dem2<PID>,
+# rxe_chrn<PID>), save those of a run beside this stage (another make test
+# or make demo: its PID runs, and not below this one), and the modules it
+# loads.
 machine_state() {
-	rdma link show 2>/dev/null | awk '{ print "link", $2 }'
-	ip -o link show | awk -F': ' '{ print "interface", $2 }'
+	local kind name mine
+	mine=" $$ $(descendants $$ | paste -sd' ') "
+	[ "${1:-}" = modules ] || {
+		rdma link show 2>/dev/null | awk '{ print "link", $2 }'
+		ip -o link show | awk -F': ' '{ sub("@.*", "", $2); print "interface", $2 }'
+	} | while read -r kind name; do
+		[[ $name =~ ^rxe_(dem[o2]|chrn)([0-9]+) ]] || continue
+		[ -d "/proc/${BASH_REMATCH[2]}" ] && [[ $mine != *" ${BASH_REMATCH[2]} "* ]] ||
+			echo "$kind $name"
+	done
+	[ "${1:-}" != devices ] || return 0
 	for m in rdma_rxe rdma_ucm dummy; do
 		[ ! -e "/sys/module/$m/initstate" ] || echo "module $m"
 	done
 }
 
+# The machine's own ACTIVE ports: another run's device is none of them.
+machine_ports() {
+	active_ports | grep -Ev '^rxe_(dem[o2]|chrn)[0-9]' || true
+}
+
 # The mode line soft-roce.sh must print: its own device, unless an RDMA
 # device was already there, which it must then use.
-if [ -n "$(active_ports)" ]; then
+if [ -n "$(machine_ports)" ]; then
 	want_mode='^soft-roce: mode: host \([^ ]+, an existing device'
 else
 	want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
@@ -237,7 +254,7 @@ test_interrupt() {
 # README's session.
 test_two_demos() {
 	local before after i status pids=() why=''
-	before=$(machine_state | grep -v '^module')
+	before=$(machine_state devices)
 	for i in 1 2; do
 		make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$work/demo$i.log" 2>&1 &
 		pids+=($!)
@@ -256,7 +273,7 @@ test_two_demos() {
 	fi
 	# The modules may stay loaded (the first run to end leaves rdma_rxe to
 	# the other's device): the links and interfaces must be gone.
-	after=$(machine_state | grep -v '^module')
+	after=$(machine_state devices)
 	if [ -z "$why" ] && [ "$after" != "$before" ]; then
 		why="left behind: $(left_behind "$before" "$after")"
 	fi
@@ -276,7 +293,7 @@ test_demo_beside_churn() {
 	local t=demo/kernel_view_beside_another_device dir=$work/churn churn status=0 why=''
 	local before dev=rxe_chrn$$
 	mkdir "$dir"
-	before=$(machine_state | grep -v '^module')
+	before=$(machine_state devices)
 	modprobe -a rdma_rxe dummy
 	# Down: a device on it is no ACTIVE port a run could take for its own.
 	ip link add "$dev" type dummy
@@ -296,8 +313,8 @@ test_demo_beside_churn() {
 		why="not 10 doorbells ok: $(tail -n 3 "$dir/log" | tr '\n' '|')"
 	elif grep -q 'rdma resource show failed' "$dir/log"; then
 		why="a view of the kernel failed: $(grep 'rdma resource show failed' "$dir/log" | head -n 1)"
-	elif [ "$(machine_state | grep -v '^module')" != "$before" ]; then
-		why="left behind: $(left_behind "$before" "$(machine_state | grep -v '^module')")"
+	elif [ "$(machine_state devices)" != "$before" ]; then
+		why="left behind: $(left_behind "$before" "$(machine_state devices)")"
 	fi
 	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
 	modules_restore
@@ -376,6 +393,29 @@ test_stopped() {
 	if [ -n "$why" ]; then fail "$t" "$why: $(tail -n 3 "$dir/log" | tr '\n' '|')"; else pass "$t"; fi
 }
 
+# This stage beside another run (another make test or make demo as root):
+# that run's device is not this machine's, so the demo makes its own, and
+# the stage's checks of what it leaves count only its own.
+test_beside_another_run() {
+	local t=beside_another_run dir=$work/beside other status=0 why=''
+	mkdir "$dir"
+	# shellcheck disable=SC2016 # expanded by sh
+	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
+		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/other.log" 2>&1 &
+	other=$!
+	when_finished "touch $dir/end; wait $other"
+	if ! wait_until "$other" 60 test -e "$dir/up"; then
+		why="the other run did not come up: $(tail -n 3 "$dir/other.log" | tr '\n' '|')"
+	else
+		HOST_MODE_TESTS=test_demo "$top/tests/host-mode.sh" >"$dir/log" 2>&1 || status=$?
+		[ "$status" = 0 ] ||
+			why="the stage beside it exited $status: $(grep '^FAIL ' "$dir/log" | head -n 2 | tr '\n' '|')"
+	fi
+	finish
+	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	modules_restore
+}
+
 # in_stage DIR CMD: CMD, in the folder of the stage run with TMPDIR=DIR.
 in_stage() {
 	(cd "$1"/host-mode.* && eval "$2") 2>/dev/null
@@ -387,6 +427,9 @@ modules_restore() {
 	local m
 	[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || return 0
 	for m in rdma_ucm rdma_rxe dummy; do
+		# (Removing dummy deletes every dummy interface: another run's
+		# too, before it has a device on it.)
+		[ "$m" != dummy ] || [ -z "$(ip -o link show type dummy)" ] || continue
 		grep -qx "module $m" <<<"$modules_before" || modprobe -r "$m" 2>/dev/null || true
 	done
 }
@@ -396,24 +439,29 @@ modules_restore() {
 # its cleanup (SIGKILL): the next run says so, removes them and makes its
 # own, rather than taking them for the machine's.
 test_leftover() {
-	local log=$work/leftover.log before why='' name i=200
-	before=$(machine_state | grep -v '^module')
+	local log=$work/leftover.log before why='' name i=200 ended names
+	before=$(machine_state devices)
 	modprobe -a rdma_rxe rdma_ucm dummy
-	for name in rxe_demo0 rxe_dem20; do
+	# Named by the PID of a process that has ended, as such a run's are.
+	sh -c : &
+	ended=$!
+	wait "$ended"
+	names="rxe_demo$ended rxe_dem2$ended"
+	for name in $names; do
 		ip link add "$name" type dummy && ip link set "$name" up &&
 			ip addr add "198.18.0.$((i++))/32" dev "$name" &&
 			rdma link add "$name" type rxe netdev "$name"
 	done
 	"$top/scripts/soft-roce.sh" true >"$log" 2>&1 || why="soft-roce.sh true failed; "
-	for name in rxe_demo0 rxe_dem20; do
+	for name in $names; do
 		if ! grep -q "^soft-roce: removing $name, left by a run that has ended\$" "$log"; then
 			why+="it did not say it removed $name; "
 		fi
 	done
 	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
-	if [ "$(machine_state | grep -v '^module')" != "$before" ]; then
-		why+="left behind: $(left_behind "$before" "$(machine_state | grep -v '^module')")"
-		for name in rxe_demo0 rxe_dem20; do
+	if [ "$(machine_state devices)" != "$before" ]; then
+		why+="left behind: $(left_behind "$before" "$(machine_state devices)")"
+		for name in $names; do
 			rdma link delete "$name" 2>/dev/null || true
 			ip link delete "$name" 2>/dev/null || true
 		done
@@ -487,20 +535,20 @@ test_demo_client_dies() {
 	fi
 }
 
-if [ "$(id -u)" != 0 ] && [ -z "$(active_ports)" ]; then
+if [ "$(id -u)" != 0 ] && [ -z "$(machine_ports)" ]; then
 	# The Soft-RoCE tests are never skipped: a run without them is no pass.
 	echo "FAIL host_mode/soft_roce: no RDMA device, and only root can make one: run make test as root, which brings Soft-RoCE up itself"
 	echo "host_mode: 0 passed, 1 failed"
 	exit 1
 fi
-modules_before=$(machine_state | grep '^module' || true)
+modules_before=$(machine_state modules)
 if [ -n "${HOST_MODE_TESTS:-}" ]; then # a part of the stage: test_stopped
 	eval "$HOST_MODE_TESTS"
 	report_end host_mode
 	exit
 fi
 test_demo
-if [ -z "$(active_ports)" ]; then
+if [ -z "$(machine_ports)" ]; then
 	test_interrupt interrupt/ctrl_c INT group
 	test_interrupt interrupt/sigterm TERM harness
 	test_interrupt interrupt/sighup HUP harness
@@ -513,8 +561,9 @@ if [ -z "$(active_ports)" ]; then
 	test_demo_client_dies
 	test_stopped during_churn test_demo_beside_churn "grep -q '^soft-roce: mode' churn/log"
 	test_stopped during_overlapping_runs test_overlapping_runs "grep -q '^granted ' overlap/client"
+	test_beside_another_run
 else
-	for t in interrupt stopped two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed lock_not_users demo/client_dies; do
+	for t in interrupt stopped beside_another_run two_demos_at_once demo/kernel_view_beside_another_device overlapping_runs leftover_removed lock_not_users demo/client_dies; do
 		echo "SKIP host_mode/$t: an RDMA device is already here, and these tests make and remove devices of their own"
 	done
 fi

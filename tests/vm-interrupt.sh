@@ -27,9 +27,15 @@ on_signal() {
 }
 stop_on_signals on_signal
 
-# jobs_now: the VMs' folders there are.
-jobs_now() {
-	ls -d "$vmdir"/job.* "$vmdir"/pair.* 2>/dev/null || true
+# vm_below PID: the folder of a VM that runs below PID (vm-pair.sh's two
+# have theirs, server and client, in one), once its qemu does.
+vm_below() {
+	local pids job
+	pids=$(descendants "$1" | paste -sd,)
+	job=$(ps -o args= -p "${pids:-0}" 2>/dev/null | grep -o -m 1 ' vm_job=[^ ]*') || return 1
+	job=${job#*=}
+	job=${job%/server}
+	echo "${job%/client}"
 }
 
 # qemus JOB: the qemus of the VMs in folder JOB (or JOB/a, JOB/b), and their
@@ -43,10 +49,9 @@ qemus() {
 # (vm-run or vm-pair, ARGS "sleep 600", the command of its VMs; or wire)
 # gets SIGNAL once its VMs run.
 test_vm_interrupt() {
-	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 before job='' run i
-	local status=0 pid='' why='' want log=$out/$1-$2.log results
+	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 job='' run
+	local status=0 why='' want log=$out/$1-$2.log results
 	shift 4
-	before=$(jobs_now)
 	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
 	# A process group of its own, as a terminal's job has (set -m; without
 	# it bash starts a background command with SIGINT ignored), and the
@@ -56,15 +61,11 @@ test_vm_interrupt() {
 	env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>&1 &
 	run=$!
 	set +m
-	# Until a VM runs: its folder, and a qemu for it.
-	for ((i = 0; i < 600; i++)); do
-		job=$(comm -13 <(echo "$before") <(jobs_now) | head -n 1)
-		[ -z "$job" ] || pid=$(qemus "$job" | head -n 1)
-		[ -n "$pid" ] && break
-		kill -0 "$run" 2>/dev/null || break
-		sleep 0.1
-	done
-	if [ -z "$pid" ]; then
+	# Until a VM of its own runs (not another run's): its folder.
+	if wait_until "$run" 60 vm_below "$run" >/dev/null; then
+		job=$(vm_below "$run") || true
+	fi
+	if [ -z "$job" ]; then
 		kill -KILL -- "-$run" 2>/dev/null || true
 		fail "$name" "the VM did not start: $(tail -n 3 "$log" | tr '\n' '|')"
 		return
