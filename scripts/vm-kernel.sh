@@ -47,6 +47,10 @@ main() {
 		die "depmod (kmod) is needed to index the kernel's modules"
 	apt=$KERNEL_CACHE/apt-$suite
 	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+	# Two runs at once (two make test) share the lists and the kernel's
+	# folder: one fetches while the other waits, then finds the kernel.
+	exec 8>"$apt/lock"
+	flock 8
 	# Debian's signatures, checked with Debian's keys alone: apt on
 	# another system (Ubuntu) trusts its own archive's keys, not these.
 	[ -r "$DEBIAN_KEYRING" ] || die "this fetches from Debian's archive," \

@@ -532,6 +532,32 @@ test_vm_kernel_failed_fetch() {
 # in a mount namespace of the test's own (root only); apt-get is stood in
 # for by one that refuses to install and passes everything else on
 # (scripts/vm-kernel.sh's update and download).
+# Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
+# whose update takes 2 s and notes if another runs) never runs in both.
+test_vm_kernel_two_at_once() {
+	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=()
+	mkdir -p "$bin"
+	cp "$work/fake-apt/apt-cache" "$bin/"
+	printf '#!/bin/sh
+[ ! -e "%s/busy" ] || echo overlap >>"%s/overlaps"
+touch "%s/busy"; sleep 2; rm -f "%s/busy"
+' \
+		"$bin" "$bin" "$bin" "$bin" >"$bin/apt-get"
+	chmod +x "$bin/apt-get"
+	for i in 1 2; do
+		KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/two$i.err" &
+		pids+=($!)
+	done
+	wait "${pids[@]}" || true
+	if [ -e "$bin/overlaps" ]; then
+		fail "$t" "two apt-get ran at once on one cache"
+	elif ! grep -q 'cannot unpack' "$work/two1.err" || ! grep -q 'cannot unpack' "$work/two2.err"; then
+		fail "$t" "not both went on to the download: $(cat "$work"/two[12].err | paste -sd'|')"
+	else
+		pass "$t"
+	fi
+}
+
 test_vm_kernel_no_rxe_in_boot() {
 	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing ver fetched
 	if [ "$(id -u)" != 0 ]; then
@@ -662,6 +688,7 @@ test_table_meaning
 test_packaging
 test_vm_kernel_no_rxe_in_boot
 test_vm_kernel_failed_fetch
+test_vm_kernel_two_at_once
 test_static_probe
 test_make_names_the_package
 test_space_in_path
