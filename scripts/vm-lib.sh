@@ -40,140 +40,8 @@ KVM_PROBE_SECONDS=15
 # else (rdma_rxe...) with the host's own modprobe.
 INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p)
 
-# PID 1 of the VM (busybox sh). The kernel turns the name=value words of its
-# command line that it does not know (vm_repo, vm_job, vm_nic_macs...) into
-# init's environment.
-INIT=$(cat <<'EOF'
-#!/bin/busybox sh
-/bin/busybox --install -s /bin
-export PATH=/bin
-H=/host                 # where the host's root file system is mounted
-
-mount -t devtmpfs dev /dev
-# What udev adds on any machine: bash's <(...) opens /dev/fd/N.
-ln -s /proc/self/fd /dev/fd
-# The initramfs has no /dev/console, so the kernel started us without stdio.
-exec </dev/null >/dev/console 2>&1
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-
-# Quietly: the kernel says "reboot: Power down" at its highest log level.
-shutdown() {
-	echo 0 >/proc/sys/kernel/printk
-	sync
-	poweroff -f
-}
-fail() {
-	echo "vm-run (guest): $*" >&2
-	shutdown
-}
-on_host() {
-	chroot "$H" "$@" || fail "'$*' failed (exit $?)"
-}
-
-# A probe boot (is KVM usable?) only says that it got this far.
-if [ -n "${vm_probe:-}" ]; then
-	echo "vm-probe: booted" >/dev/ttyS0
-	shutdown
-fi
-
-# One VM of a pair (vm-pair.sh): Soft-RoCE on each virtio NIC that a cable
-# plugs into, so that every packet really leaves this kernel: rxe0 on the
-# first cable, rxe1 on the second.  Each NIC is the one with the MAC qemu
-# was given; vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per
-# cable, comma separated, and clients connect to the server's address on
-# the first (RDMA_ADDR, or RDMA_ADDR6 over IPv6; RDMA_ADDRS has every
-# cable's IPv4 address).
-rxe_on_cables() {
-	local i=1 mac addr nic d
-	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
-	for mac in $(echo "$vm_nic_macs" | tr , ' '); do
-		addr=$(echo "$vm_nic_addrs" | cut -d, -f"$i")
-		nic=''
-		for d in /sys/class/net/*; do
-			[ "$(cat "$d/address")" = "$mac" ] && nic=${d##*/}
-		done
-		[ -n "$nic" ] || fail "no network interface has the MAC $mac"
-		# IPv6 with no router solicitation and no duplicate address
-		# detection: on the cable, besides what a session asks for, only
-		# multicast listener reports, which the trace leaves out.  The
-		# link-local address stays: the kernel sends a neighbour
-		# solicitation that no packet of ours caused (rdma_cm's address
-		# resolution) only from it (ndisc_solicit() in ndisc.c).
-		echo 0 >"/proc/sys/net/ipv6/conf/$nic/accept_dad"
-		echo 0 >"/proc/sys/net/ipv6/conf/$nic/router_solicitations"
-		on_host ip link set "$nic" up
-		on_host ip addr add "$addr/24" dev "$nic"
-		on_host ip -6 addr add "$(ipv6_of "$addr")/64" dev "$nic"
-		on_host rdma link add "rxe$((i - 1))" type rxe netdev "$nic"
-		i=$((i + 1))
-	done
-	addr=${vm_server_addrs%%,*}
-	RDMA_ENV="$RDMA_ENV RDMA_ADDR=$addr RDMA_ADDR6=$(ipv6_of "$addr") RDMA_ADDRS=$vm_server_addrs RDMA_DEV=rxe0"
-}
-
-# ipv6_of 198.18.N.HOST: the same host's IPv6 address on cable N, a unique
-# local one, fd52:444d:4200:N::HOST.
-ipv6_of() {
-	local cable_host=${1#198.18.}
-	echo "fd52:444d:4200:${cable_host%.*}::${cable_host#*.}"
-}
-
-while read -r m; do
-	insmod "/lib/modules/$m.ko" || fail "insmod $m failed"
-done </modules
-mkdir -p "$H"
-mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot "$H" ||
-	fail "cannot mount the host's root file system"
-for d in proc sys dev; do
-	mount --bind "/$d" "$H/$d" || fail "cannot bind /$d"
-done
-mkdir -p /dev/shm
-for d in tmp run dev/shm; do
-	mount -t tmpfs tmpfs "$H/$d" || fail "cannot mount a tmpfs on /$d"
-done
-# A kernel from the cache keeps its modules there: show them where modprobe
-# looks, /lib/modules/VERSION (a tmpfs over the host's own, in this VM only).
-if [ -n "${vm_modules:-}" ]; then
-	mount -t tmpfs tmpfs "$H/lib/modules" &&
-		mkdir "$H/lib/modules/$(uname -r)" &&
-		mount --bind "$H$vm_modules" "$H/lib/modules/$(uname -r)" ||
-		fail "cannot show the modules of $vm_modules in /lib/modules"
-fi
-# Last, so that the tmpfs mounts cannot hide it.
-mkdir -p "$H$vm_repo"
-mount -t 9p -o trans=virtio,version=9p2000.L repo "$H$vm_repo" ||
-	fail "cannot mount the repository on $vm_repo"
-
-# Adding an rxe link makes the kernel load crc32 helpers by itself, with the
-# program named in /proc/sys/kernel/modprobe. It would look for it in this
-# initramfs, which has none, and "rdma link add" would fail with ENOENT.
-cat >/bin/modprobe-host <<'EOT'
-#!/bin/sh
-exec chroot /host /sbin/modprobe "$@"
-EOT
-chmod +x /bin/modprobe-host
-echo /bin/modprobe-host >/proc/sys/kernel/modprobe
-
-# A VM alone is a machine like any other whose kernel has rdma_rxe: the job
-# brings Soft-RoCE up itself (scripts/soft-roce.sh), and SOFT_ROCE_IN_VM
-# stops it from looking for a VM inside this one.  A VM of a pair gets its
-# device here, on the cable.  Either way this is no container, even if the
-# host's files (/.dockerenv) say that the host is one.
-RDMA_ENV="SOFT_ROCE_IN_VM=1 container="
-on_host ip link set lo up
-[ -z "${vm_nic_macs:-}" ] || rxe_on_cables
-
-# ttyS0 is the host's stdout; ttyS1, the console, is its stderr.
-# shellcheck disable=SC2086 # RDMA_ENV is words
-chroot "$H" /usr/bin/env -i HOME=/root $RDMA_ENV \
-	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-	/bin/bash "$vm_job/job.sh" </dev/null >/dev/ttyS0 2>/dev/ttyS1
-# qemu cannot hand the guest's exit status to the host: a file can.
-echo $? >"$H$vm_job/status"
-shutdown
-EOF
-)
+# PID 1 of the VM, run by busybox sh: scripts/vm-init.sh.
+INIT=$repo/scripts/vm-init.sh
 
 die() {
 	echo "$vm_prog: $*" >&2
@@ -325,12 +193,12 @@ check_prereqs() {
 # Builds the initramfs once per kernel and init script, in build/vm/, and
 # prints its path.  It runs in a command substitution, where set -e does
 # not hold: each step says itself when it fails, so that no broken image is
-# cached; and it is packed under a name of this run's, so that two runs at
+# cached; and it is packed in a folder of this run's, so that two runs at
 # once do not write one file.
 build_initramfs() {
 	local ver=$1 root=$2 key image stage files path name
 	files=$(initramfs_modules "$root" "$ver")
-	key=$(printf '%s\n' "$ver" "$root" "$files" "$INIT" |
+	key=$(printf '%s\n' "$ver" "$root" "$files" "$(cat "$INIT")" |
 		sha256sum | cut -c1-12)
 	image=$vmdir/initramfs-$ver-$key.cpio.gz
 	if [ -e "$image" ]; then
@@ -339,10 +207,13 @@ build_initramfs() {
 	fi
 
 	stage=$(mktemp -d "$vmdir/initramfs.XXXXXX") || die "cannot make a folder in $vmdir"
+	# This subshell's own: a failed step (die) or a signal leaves nothing.
+	# shellcheck disable=SC2064 # the path, now
+	trap "rm -rf '$stage' '$stage.cpio.gz'" EXIT
 	mkdir -p "$stage/bin" "$stage/dev" "$stage/proc" "$stage/sys" \
 		"$stage/lib/modules" || die "cannot fill $stage"
 	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
-	printf '%s\n' "$INIT" >"$stage/init" || die "cannot write $stage/init"
+	cp "$INIT" "$stage/init" || die "cannot write $stage/init"
 	chmod +x "$stage/init"
 	touch "$stage/modules"
 	for path in $files; do
@@ -364,7 +235,6 @@ build_initramfs() {
 		>"$stage.cpio.gz" || die "cannot pack the initramfs for $ver"
 	rm -f "$vmdir"/initramfs-"$ver"-*.cpio.gz
 	mv "$stage.cpio.gz" "$image" || die "cannot move the initramfs to $image"
-	rm -rf "$stage"
 	echo "$image"
 }
 

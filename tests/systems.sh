@@ -324,6 +324,37 @@ test_space_in_kernel_cache() {
 	fi
 }
 
+# vm-run.sh stopped (SIGTERM to its group) while it packs the VM's
+# initramfs, here with a cpio that takes its time, and a new image to make
+# (the kernel's folder reached through a link): its half-made folder in
+# build/vm goes with it.
+test_vm_stopped_while_packing() {
+	local t=vm/stopped_while_packing bin=$work/slow-cpio cache ver run left
+	cache=$(bash -c '. "$1/scripts/vm-lib.sh" && echo "$KERNEL_CACHE"' _ "$top")
+	if ! ver=$("$top/scripts/vm-kernel.sh" 2>"$work/packing.err"); then
+		fail "$t" "no kernel for the VMs: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
+		return
+	fi
+	mkdir -p "$bin"
+	printf '#!/bin/sh\ntouch "%s/packing"\nexec sleep 30\n' "$bin" >"$bin/cpio"
+	chmod +x "$bin/cpio"
+	ln -s "$cache" "$work/kernels-link"
+	set -m
+	KERNEL_CACHE=$work/kernels-link VM_KERNEL=$ver PATH=$bin:$PATH \
+		"$top/scripts/vm-run.sh" true >"$work/packing.err" 2>&1 &
+	run=$!
+	set +m
+	if ! wait_until "$run" 60 test -e "$bin/packing"; then
+		fail "$t" "it never packed: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
+	elif ! signal_job "$run" group TERM 10; then
+		fail "$t" "vm-run.sh still ran 10 s after SIGTERM"
+	elif left=$(find "$top/build/vm" -maxdepth 1 -name 'initramfs.*' -newer "$bin/cpio") && [ -n "$left" ]; then
+		fail "$t" "it left $left"
+	else
+		pass "$t"
+	fi
+}
+
 # The static-busybox probe (the VM's init runs busybox before any shared
 # library can be reached): a program with no loader passes, static-pie too
 # (where ldd exits 0), and one with a loader fails.
@@ -625,7 +656,7 @@ no_rxe_in_boot() {
 # process of the stage.  The stage here is a copy of run.sh's first, the
 # unit tests, which starts a sleep and waits.
 test_run_signal() {
-	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run i status=0 why=''
+	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run status=0 why=''
 	mkdir -p "$d/tests" "$d/scripts"
 	cp "$top/tests/run.sh" "$d/tests/"
 	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
@@ -635,10 +666,7 @@ test_run_signal() {
 	env --default-signal="$sig" "$d/tests/run.sh" >"$d/log" 2>&1 &
 	run=$!
 	set +m
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$d/sleep.pid" ] && break
-		sleep 0.1
-	done
+	wait_until "$run" 10 test -s "$d/sleep.pid" || true
 	signal_job "$run" "$target" "$sig" 10 || why="run.sh still runs 10 s after SIG$sig"
 	status=$job_status
 	if [ -z "$why" ] && [ ! -s "$d/sleep.pid" ]; then
@@ -693,6 +721,7 @@ test_static_probe
 test_make_names_the_package
 test_space_in_path
 test_space_in_kernel_cache
+test_vm_stopped_while_packing
 test_no_network
 test_root_build
 test_unknown_system
