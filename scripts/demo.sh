@@ -59,14 +59,15 @@ start_server() {
 # resources WHAT: "rdma resource show WHAT", asked again if it fails.  It
 # fails ("Invalid argument") when a device comes or goes while it walks
 # the devices, as another run's may (measured under 6.12: 48 of 408 while
-# a device was added and deleted in a loop).  On failure, its last error.
+# a device was added and deleted in a loop; in a loaded VM on 6.1, five
+# in a row 0.2 s apart).  So up to 4 s; on failure, its error.
 resources() {
 	local try out
-	for try in 1 2 3 4 5; do
+	for try in 1 2 3 4 5 6 7 8 9 10; do
 		out=$(rdma resource show "$1" 2>&1) && { echo "$out"; return 0; }
-		[ "$try" = 5 ] || sleep 0.2
+		[ "$try" = 10 ] || sleep 0.4
 	done
-	echo "$out" | tail -n 1
+	echo "$out" | grep -m 1 -i 'error\|invalid' || echo "$out" | tail -n 1
 	return 1
 }
 

@@ -298,10 +298,14 @@ test_demo_beside_churn() {
 	# Down: a device on it is no ACTIVE port a run could take for its own.
 	ip link add "$dev" type dummy
 	when_finished "ip link delete $dev"
+	# A device a tenth of a second, then none as long: five comings and
+	# goings a second, each of which may fail a walk of the devices.
 	# shellcheck disable=SC2016 # expanded by sh
 	sh -c 'while :; do
 		rdma link add "$1" type rxe netdev "$1"
+		sleep 0.1
 		rdma link delete "$1"
+		sleep 0.1
 	done' sh "$dev" >/dev/null 2>&1 &
 	churn=$!
 	when_finished "kill $churn 2>/dev/null; wait $churn; rdma link delete $dev 2>/dev/null"
@@ -403,7 +407,7 @@ test_beside_another_run() {
 	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/other.log" 2>&1 &
 	other=$!
-	when_finished "touch $dir/end; wait $other"
+	when_finished "touch '$dir/end'; wait $other"
 	if ! wait_until "$other" 60 test -e "$dir/up"; then
 		why="the other run did not come up: $(tail -n 3 "$dir/other.log" | tr '\n' '|')"
 	else
@@ -542,7 +546,7 @@ if [ "$(id -u)" != 0 ] && [ -z "$(machine_ports)" ]; then
 	exit 1
 fi
 modules_before=$(machine_state modules)
-if [ -n "${HOST_MODE_TESTS:-}" ]; then # a part of the stage: test_stopped
+if [ -n "${HOST_MODE_TESTS:-}" ]; then # a part of the stage, for the tests of it
 	eval "$HOST_MODE_TESTS"
 	report_end host_mode
 	exit
