@@ -5,7 +5,8 @@
 # terminal sends it) or by SIGTERM or SIGHUP to the script alone.  Within
 # seconds every qemu must be gone, and the VMs' folders, and the script
 # must end by that signal (so that the make or shell that started it stops
-# too); wire.sh must publish nothing.  So must vm-run.sh's KVM probe.  Runs on this machine, where the VMs
+# too); wire.sh must publish nothing.  A Ctrl-C while vm-run.sh's KVM
+# probe runs must stop the probe too.  Runs on this machine, where the VMs
 # would.
 # Prints "PASS name" or "FAIL name: why" per test, then the summary.
 set -euo pipefail
@@ -27,19 +28,27 @@ on_signal() {
 }
 stop_on_signals on_signal
 
+# below PID REGEX: "PID ARGS" of each process below PID (not another
+# run's) whose command line matches REGEX; false if none does.
+below() {
+	local pids
+	pids=$(descendants "$1" | paste -sd,)
+	ps -o pid=,args= -p "${pids:-0}" 2>/dev/null |
+		awk -v re="$2" '$0 ~ re { print; n++ } END { exit !n }'
+}
+
 # vm_below PID: the folder of a VM that runs below PID (vm-pair.sh's two
 # have theirs, server and client, in one), once its qemu does.
 vm_below() {
-	local pids job
-	pids=$(descendants "$1" | paste -sd,)
-	job=$(ps -o args= -p "${pids:-0}" 2>/dev/null | grep -o -m 1 ' vm_job=[^ ]*') || return 1
+	local job
+	job=$(below "$1" ' vm_job=' | grep -o -m 1 ' vm_job=[^ ]*') || return 1
 	job=${job#*=}
 	job=${job%/server}
 	echo "${job%/client}"
 }
 
-# qemus JOB: the qemus of the VMs in folder JOB (or JOB/a, JOB/b), and their
-# timeout(1).  The path is matched as it is, not as a pattern.
+# qemus JOB: the qemus of the VMs in folder JOB (or JOB/server and
+# JOB/client), and their timeout(1).  The path is matched as it is, not as a pattern.
 qemus() {
 	pgrep -af qemu-system | awk -v j="vm_job=$1" '{ for (i = 2; i <= NF; i++)
 		if ($i == j || index($i, j "/") == 1) { print $1; next } }'
@@ -105,12 +114,13 @@ test_probe_interrupt() {
 	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id)
 	mv "$cache" "$cache.kept" 2>/dev/null || true
 	set -m
-	"$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1 &
+	env --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1 &
 	run=$!
 	set +m
-	if wait_until "$run" 60 pgrep -f 'vm_probe=1' >/dev/null; then
-		probe=$(pgrep -f 'vm_probe=1') || true
+	if wait_until "$run" 60 below "$run" ' vm_probe=1' >/dev/null; then
+		probe=$(below "$run" ' vm_probe=1' | awk '{ print $1 }') || true
 	fi
+	sleep 2 # into the probe guest's boot, its qemu's handlers in place
 	if [ -z "$probe" ]; then
 		why="no probe ran"
 	elif ! signal_job "$run" group INT 5; then
@@ -118,7 +128,8 @@ test_probe_interrupt() {
 	fi
 	# shellcheck disable=SC2086 # PIDs, one word each
 	[ -n "$why" ] || [ -z "$(alive $probe)" ] || why="the probe's qemu still runs"
-	pkill -KILL -f 'vm_probe=1' || true
+	# shellcheck disable=SC2086
+	kill -KILL $probe 2>/dev/null || true
 	[ ! -e "$cache.kept" ] || mv "$cache.kept" "$cache"
 	if [ -n "$why" ]; then fail "$name" "$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')"; else pass "$name"; fi
 }
