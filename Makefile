@@ -73,6 +73,7 @@ $(PEERS): %: %.c tests/peer.c tests/peer.h common/common.c \
 # libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
 # The client's batching, tested with the client's own source compiled in.
 tests/unit_client: rdma_pool_client.c
+$(UNITS): tests/tap.h
 
 $(FUZZER): tests/fuzz_ctrl_msg.c common/common.c common/common.h | check-build
 	@mkdir -p build

@@ -17,6 +17,7 @@ port=7471
 server_pid=
 client_pid=
 out=''
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	[ -z "$client_pid" ] || kill "$client_pid" 2>/dev/null || true
 	[ -z "$server_pid" ] || kill -INT "$server_pid" 2>/dev/null || true

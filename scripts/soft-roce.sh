@@ -187,7 +187,9 @@ cleanup() {
 
 # on_signal SIG: stop CMD's session and remove what this run made
 # (stop_on_signals).
+# shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
+	# shellcheck disable=SC2016 # the quotes are words of the message
 	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made" ||
 		exec 2>/dev/null
 	[ -z "$cmd_sid" ] || stop_session "$cmd_sid"

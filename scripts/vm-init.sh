@@ -93,11 +93,10 @@ for d in tmp run dev/shm; do
 done
 # A kernel from the cache keeps its modules there: show them where modprobe
 # looks, /lib/modules/VERSION (a tmpfs over the host's own, in this VM only).
-if [ -n "${vm_modules:-}" ]; then
-	mount -t tmpfs tmpfs "$H/lib/modules" &&
-		mkdir "$H/lib/modules/$(uname -r)" &&
-		mount --bind "$H$vm_modules" "$H/lib/modules/$(uname -r)" ||
-		fail "cannot show the modules of $vm_modules in /lib/modules"
+if [ -n "${vm_modules:-}" ] && ! { mount -t tmpfs tmpfs "$H/lib/modules" &&
+	mkdir "$H/lib/modules/$(uname -r)" &&
+	mount --bind "$H$vm_modules" "$H/lib/modules/$(uname -r)"; }; then
+	fail "cannot show the modules of $vm_modules in /lib/modules"
 fi
 # Last, so that the tmpfs mounts cannot hide it.
 mkdir -p "$H$vm_repo"

@@ -367,9 +367,10 @@ boot_vm() {
 # "-pidfile JOB/qemu.pid", if it still runs (and that PID is still a qemu).
 stop_qemu() {
 	local pid comm
-	[ -s "$1/qemu.pid" ] && read -r pid <"$1/qemu.pid" || return 0
+	[ -s "$1/qemu.pid" ] || return 0
+	read -r pid <"$1/qemu.pid" || return 0
 	read -r comm 2>/dev/null <"/proc/$pid/comm" || return 0
-	[[ $comm == qemu* ]] && kill "$pid" 2>/dev/null || true
+	[[ $comm != qemu* ]] || kill "$pid" 2>/dev/null || true
 }
 
 # on_signal SIG: the caller's cleanup (its EXIT trap: stop the VMs, remove

@@ -28,6 +28,7 @@ vm_prog=vm-run
 # Set in main, and read by the EXIT trap after main has returned.
 job=''
 
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	[ -n "$job" ] || return 0
 	stop_qemu "$job"

@@ -106,6 +106,7 @@ tie() {
 # command in the background has SIGINT ignored, hence SIGTERM), and this
 # run's folder removed: nothing half-written is published
 # (stop_on_signals).
+# shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
 	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 ||
 		exec 2>/dev/null

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # The protocol working as it should, against one server: sourced by e2e.sh
 # after lib.sh. Each test_* function takes the server's name and port.
 

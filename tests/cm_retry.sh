@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # Where rdma_connect()'s and rdma_accept()'s retry counts end up, measured
 # by tests/cm_probe on the real device: the programs' comments and the
 # README teach what this finds.  Sourced by e2e.sh after lib.sh; run once.

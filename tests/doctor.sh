@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # make doctor (scripts/doctor.sh) on the real device: it passes where the
 # programs work, and where something is missing it says which check failed
 # and how to fix it.  Sourced by e2e.sh after lib.sh; run once, not per

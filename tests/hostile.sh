@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # Peers that hold a place they do not use, break their QP, revoke another
 # client's key, or a reader that stalls the server's output: each must
 # cost the server nothing lasting. Sourced by e2e.sh after lib.sh and
@@ -98,7 +98,7 @@ test_lost_rtu() {
 # from (RDMA_ADDR2: a device this run made has one); else T is skipped.
 second_address() {
 	[ -n "${RDMA_ADDR2:-}" ] && return 0
-	echo "SKIP $1: no second address on $RDMA_DEV to connect from (RDMA_ADDR2: a device this run made has one)"
+	skip "$1" "no second address on $RDMA_DEV to connect from (RDMA_ADDR2: a device this run made has one)"
 	return 1
 }
 

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2034 # e2e.sh sets top and work; it uses the names this sets
 # What the end-to-end tests share: reporting, starting and stopping servers,
 # running clients, and reading what both sides printed. Sourced by e2e.sh,
 # which sets top, work (a scratch directory) and RDMA_ADDR.
@@ -12,24 +12,25 @@ client=$top/rdma_pool_client
 peer=$top/tests/ctrl_peer
 server_pid=
 server_port=
+server_pool=
 
-# After a FAIL line (tests/report-lib.sh), what the programs said, for
-# whoever reads the log: the server first, since a log shown in part keeps
-# its head.
+# After a failed test's line (tests/report-lib.sh), what the programs
+# said, as TAP comments, for whoever reads the log: the server first, since
+# a log shown in part keeps its head.
 on_fail() {
 	local f shown=''
 	for f in "$work"/server*.out "$work"/server*.err "$work"/*.out "$work"/*.err; do
 		[[ -s $f && " $shown " != *" $f "* ]] || continue
 		shown+=" $f"
-		sed "s|^|    ${f##*/}: |" "$f" | tail -n 15
+		sed "s|^|#   ${f##*/}: |" "$f" | tail -n 15
 	done
 }
 
-# needs_root NAME WHY: true as root; otherwise says "SKIP NAME" with why the
-# test needs root (tests/run.sh counts it, and under CI fails it).
+# needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
+# the test needs root (under CI, a failure).
 needs_root() {
 	[ "$(id -u)" = 0 ] && return 0
-	echo "SKIP $1: needs root, to $2"
+	skip "$1" "needs root, to $2"
 	return 1
 }
 
@@ -80,7 +81,9 @@ start_server() {
 	rm -f "$work"/*.out "$work"/*.err
 	"$top/$program" --port 0 "$@" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	server_port=$(listen_port "$work/server.out" "$server_pid")
+	server_port=$(listen_port "$work/server.out" "$server_pid") || return
+	# The pool's size, as the server says it: the one source of it.
+	server_pool=$(sed -n 's/^listen .* pool_size=\([0-9]*\)$/\1/p' "$work/server.out")
 }
 
 # stop_server: SIGINT, then its exit status (124 if it did not exit in 20 s).

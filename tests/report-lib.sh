@@ -1,26 +1,43 @@
 # shellcheck shell=bash
-# report-lib.sh: how every stage of make test reports its tests, in the
-# lines tests/run.sh counts and checks against tests/plan.txt:
-#   PASS NAME [Ns]               a test passed (N: the stage's seconds so far,
-#                                to see where the time goes)
-#   FAIL NAME: WHY [Ns]          a test failed, and why
-#   STAGE: N passed, N failed    the stage's last line (report_end STAGE)
-# A stage that sets report_prefix before sourcing this reports its tests as
-# PREFIXNAME; one that defines on_fail has it run after each FAIL line (to
-# show what the programs said).  signal_job stops a job a test started, as
-# a terminal or kill would, once wait_until has seen it get where it
-# should; when_finished names what a test must undo.
-passed=0
+# report-lib.sh: how every stage of make test reports its tests, in TAP
+# (the Test Anything Protocol), which prove and tests/run.sh read:
+#   1..N                       the plan, first: the N tests tests/plan.txt
+#                              names for the stage (report_plan)
+#   ok - NAME [Ns]             a test passed (N: the stage's seconds so far,
+#                              to see where the time goes)
+#   not ok - NAME: WHY [Ns]    a test failed, and why
+#   ok - NAME # SKIP WHY       it cannot run for this user; under CI (CI
+#                              set), where everything runs as root, a failure
+# The consumer counts: a stage that stops early, or reports another number
+# of tests than its plan, fails there.  A stage sets report_stage (its name
+# in tests/plan.txt) and report_prefix (its tests are PREFIXNAME) before
+# sourcing this; a name the plan lacks, or reported twice, fails by name.
+# One that defines on_fail has it run after each failure (to show what the
+# programs said).  signal_job stops a job a test started, as a terminal or
+# kill would, once wait_until has seen it get where it should;
+# when_finished names what a test must undo.
 failed=0
 report_prefix=${report_prefix:-}
+report_stage=${report_stage:-}
+report_plan_file=$(dirname "${BASH_SOURCE[0]}")/plan.txt
+reported=' '
 
-pass() {
-	echo "PASS $report_prefix$1 [${SECONDS}s]"
-	passed=$((passed + 1))
+# report_plan: the plan line, from tests/plan.txt.
+report_plan() {
+	echo "1..$(grep -c "^$report_stage " "$report_plan_file")"
 }
 
-fail() {
-	echo "FAIL $report_prefix$1: $2 [${SECONDS}s]"
+# report OK NAME[ NOTE] [WHY]: NAME's line; the plan must name it, once.
+report() {
+	local name=$report_prefix${2%% *} why=${3:-}
+	if [[ $reported == *" $name "* ]]; then
+		set -- "not ok" "$2" "${why:+$why; }reported twice"
+	elif [ -n "$report_stage" ] && ! grep -qxF "$report_stage $name" "$report_plan_file"; then
+		set -- "not ok" "$2" "${why:+$why; }tests/plan.txt does not name it"
+	fi
+	reported+="$name "
+	echo "$1 - $report_prefix$2${3:+: $3} [${SECONDS}s]"
+	[ "$1" = ok ] && return
 	failed=$((failed + 1))
 	if declare -F on_fail >/dev/null; then
 		on_fail
@@ -28,9 +45,30 @@ fail() {
 	return 0
 }
 
-# report_end STAGE: the stage's summary line; true if nothing failed.
+pass() { report ok "$1"; }
+fail() { report "not ok" "$1" "$2"; }
+
+# skip NAME WHY: NAME (a test, or a group of them in the plan) cannot run
+# for this user.  Under CI each one fails instead.
+skip() {
+	local names name
+	names=$(awk -v s="$report_stage" -v n="$report_prefix$1" '$1 == s &&
+		($2 == n || index($2, n "/") == 1) { print $2 }' "$report_plan_file")
+	[ -n "$names$report_stage" ] || names=$report_prefix$1
+	[ -n "$names" ] || fail "$1" "skipped: $2"
+	for name in $names; do
+		name=${name#"$report_prefix"}
+		if [ -n "${CI:-}" ]; then
+			fail "$name" "skipped, and under CI nothing may be: $2"
+		else
+			reported+="$report_prefix$name "
+			echo "ok - $report_prefix$name # SKIP $2"
+		fi
+	done
+}
+
+# report_end: true if nothing failed.
 report_end() {
-	echo "$1: $passed passed, $failed failed"
 	[ "$failed" = 0 ]
 }
 

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # Bad input, misbehaving peers, faults and load: sourced by e2e.sh after
 # lib.sh. Whatever goes wrong, the programs say what, exit non-zero, and
 # never hang; the servers lose and leak nothing and keep serving.
@@ -107,6 +107,7 @@ test_server_args() {
 		expect_error "$t/busy_poll_too_long" 5 "bad busy-poll time '1000001'" "$top/$s" --busy-poll-us 1000001
 	fi
 	expect_error "$t/extra_argument" 5 "unexpected argument 'extra'" "$top/$s" extra
+	# shellcheck disable=SC2016 # expanded by sh
 	needs_root "$t/no_rdma_device" "hide the device in a mount namespace" &&
 		expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" \
 		unshare --mount sh -c \
@@ -249,17 +250,18 @@ test_bad_messages() {
 # The edges of the 32-bit size field, each on a connection of its own.
 test_size_edges() {
 	local s=$1 port=$2 t=$1/size_edges
-	local sizes=(1 4096 4194304 4194305 4294967295)
+	local names=(1 4096 pool pool+1 4294967295)
+	local sizes=(1 4096 "$server_pool" $((server_pool + 1)) 4294967295)
 	local replies=("reply status=0 size=4096 rkey=KEY"
 		"reply status=0 size=4096 rkey=KEY"
-		"reply status=0 size=4194304 rkey=KEY"
+		"reply status=0 size=$server_pool rkey=KEY"
 		"reply status=EINVAL size=0 rkey=0x0"
 		"reply status=EINVAL size=0 rkey=0x0")
 	local i
 	for i in "${!sizes[@]}"; do
-		stats_idle >/dev/null # the whole pool must be free for 4194304
+		stats_idle >/dev/null # the whole pool must be free for all of it
 		peer_steps "size$i" "$port" "req:${sizes[$i]}" || true
-		expect_lines "$t/${sizes[$i]}" "$work/size$i.out" <<<"${replies[$i]}"
+		expect_lines "$t/${names[$i]}" "$work/size$i.out" <<<"${replies[$i]}"
 	done
 }
 
@@ -567,7 +569,7 @@ test_rnr_counters() {
 	local i deltas=''
 	for i in "${counters[@]}"; do
 		if [ -z "${before[$i]}" ] || [ -z "${after[$i]}" ]; then
-			echo "SKIP $1: $RDMA_DEV has no port counter $i (not rxe?), so RNR cannot be shown"
+			skip "$1" "$RDMA_DEV has no port counter $i (not rxe?), so RNR cannot be shown"
 			return
 		fi
 		deltas+=" $i=+$((after[$i] - before[$i]))"
@@ -656,7 +658,7 @@ address_case() {
 test_addresses() {
 	local s=$1 t=$1/address
 	if [ -z "${RDMA_ADDR6:-}" ]; then
-		echo "SKIP $t: no IPv6 address on $RDMA_DEV (RDMA_ADDR6: a device this run made has one, where IPv6 is on)"
+		skip "$t" "no IPv6 address on $RDMA_DEV (RDMA_ADDR6: a device this run made has one, where IPv6 is on)"
 		return
 	fi
 	address_case "$t/default" "$s" yes yes ::
@@ -774,7 +776,7 @@ two_devices_case() {
 test_two_devices() {
 	local s=$1 t=$1/two_devices
 	if [ -z "${RDMA_DEV2:-}" ]; then
-		echo "SKIP $t: no second device (RDMA_DEV2: a run that makes its own device makes one with SOFT_ROCE_DEVICES=2)"
+		skip "$t" "no second device (RDMA_DEV2: a run that makes its own device makes one with SOFT_ROCE_DEVICES=2)"
 		return
 	fi
 	two_devices_case "$t/plain" "$s"
@@ -904,7 +906,7 @@ test_isolation_unprivileged() {
 test_isolation_mw_refused() {
 	local s=$1 t=$1/isolation_mw
 	if ! ibv_devinfo -d "$RDMA_DEV" -v 2>/dev/null | grep -Eq '^[[:space:]]*vendor_id:[[:space:]]*0xffffff$'; then
-		echo "SKIP $t: $RDMA_DEV is not Soft-RoCE (vendor_id 0xffffff)"
+		skip "$t" "$RDMA_DEV is not Soft-RoCE (vendor_id 0xffffff)"
 		return
 	fi
 	expect_error "$t/refused_on_rxe" 10 \

@@ -11,8 +11,8 @@
 # half way must leave nothing behind, and where /boot has no kernel with
 # rdma_rxe the VM must boot one fetched for it, installing nothing.
 #
-# Prints "PASS name" or "FAIL name: why" per test, "SKIP name: why" where
-# this user cannot run it.
+# Reports in TAP (tests/report-lib.sh); a test this user cannot run says
+# SKIP and why.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +32,7 @@ open_copy() {
 	cp -a "$top/scripts" "$fixtures" "$open_top/"
 	chmod -R a+rX "$open_top"
 }
-report_prefix=systems/
+report_prefix=systems/ report_stage=systems
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
 # shellcheck source=scripts/rdma-lib.sh
@@ -71,7 +71,7 @@ test_deps() {
 	expect_deps debian-12 "build run" "deps: $d12, build run: $APT $DEBIAN_BUILD_RUN"
 	expect_deps debian-12 "rxe" "deps: $d12 has no package for the rdma_rxe module for the running kernel (rxe)" 1
 	expect_deps debian-12 "vm vm-kernel" "deps: $d12, vm vm-kernel: $APT qemu-system-x86 busybox-static cpio xz-utils zstd linux-image-amd64"
-	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark gnuplot-nox util-linux"
+	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark gnuplot-nox util-linux perl"
 	expect_deps debian-13 "build run" "deps: $d13, build run: $APT $DEBIAN_BUILD_RUN"
 	expect_deps debian-13 "fuzz" "deps: $d13, fuzz: $APT clang libclang-rt-dev"
 
@@ -117,7 +117,7 @@ test_unknown_system() {
 test_root_build() {
 	local t=make/root_owned_build dir status=0 out=$work/root-build.out
 	if [ "$(id -u)" != 0 ]; then
-		echo "SKIP systems/$t: needs root, to make a build/ that is not the user's"
+		skip "$t" "needs root, to make a build/ that is not the user's"
 		return
 	fi
 	open_copy # a folder nobody can reach
@@ -166,7 +166,7 @@ doctor_fix() {
 	shift
 	if [ "$(rxe_module)" != none ]; then
 		if [ "$(id -u)" != 0 ]; then
-			echo "SKIP systems/doctor/$name: needs root, to hide this kernel's rdma_rxe in a mount namespace"
+			skip "doctor/$name" "needs root, to hide this kernel's rdma_rxe in a mount namespace"
 			return 1
 		fi
 		# This kernel's version, from here: ENV may stand uname in.
@@ -204,6 +204,7 @@ test_doctor_fixes() {
 	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
 	# kernel has it: uname -r is stood in for.
 	mkdir -p "$work/cloud"
+	# shellcheck disable=SC2016 # expanded by that sh
 	printf '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
 		"$(command -v uname)" >"$work/cloud/uname"
 	chmod +x "$work/cloud/uname"
@@ -220,7 +221,7 @@ test_doctor_fixes() {
 test_doctor_container_memlock() {
 	local t=doctor/container_memlock line
 	if [ "$(id -u)" != 0 ]; then
-		echo "SKIP systems/$t: needs root, to run as another user with a low ulimit -l (prlimit, setpriv)"
+		skip "$t" "needs root, to run as another user with a low ulimit -l (prlimit, setpriv)"
 		return
 	fi
 	open_copy
@@ -285,7 +286,7 @@ test_space_in_path() {
 test_no_network() {
 	local out=$work/nonet.out status=0 got
 	if [ "$(id -u)" != 0 ] || [ ! -d /var/lib/dpkg ] || ! command -v apt-get >/dev/null; then
-		echo "SKIP systems/no_network: needs root and apt, to run apt-get with no network"
+		skip "no_network" "needs root and apt, to run apt-get with no network"
 		return
 	fi
 	# shellcheck disable=SC2016 # expanded by sh
@@ -361,10 +362,12 @@ test_vm_stopped_while_packing() {
 test_static_probe() {
 	local t=static_busybox_probe why='' f
 	echo 'int main(void) { return 0; }' >"$work/hello.c"
-	cc -o "$work/dynamic" "$work/hello.c" &&
+	if ! { cc -o "$work/dynamic" "$work/hello.c" &&
 		cc -static -o "$work/static" "$work/hello.c" &&
-		cc -static-pie -o "$work/static-pie" "$work/hello.c" ||
-		{ fail "$t" "cannot build the three test programs with cc"; return; }
+		cc -static-pie -o "$work/static-pie" "$work/hello.c"; }; then
+		fail "$t" "cannot build the three test programs with cc"
+		return
+	fi
 	# shellcheck source=scripts/system-lib.sh
 	. "$top/scripts/system-lib.sh"
 	for f in static static-pie; do
@@ -394,7 +397,7 @@ table_meaning() (
 		file:*) f=$(for p in ${probe//,/ }; do compgen -G "${p#file:}"; done | head -n 1) ;;
 		*) continue ;;
 		esac
-		[ -n "$f" ] && [ -e "$f" ] || continue
+		[[ -n $f && -e $f ]] || continue
 		# dpkg knows each file by the path its package ships, which
 		# may be a link's, and /bin/x rather than /usr/bin/x.
 		owner=''
@@ -425,7 +428,7 @@ table_meaning() (
 test_table_meaning() {
 	local t=packages/bring_what_they_say out checked
 	if ! command -v dpkg-query >/dev/null || ! command -v apt-cache >/dev/null; then
-		echo "SKIP systems/$t: asks dpkg which package has each file, and this system has none"
+		skip "$t" "asks dpkg which package has each file, and this system has none"
 		return
 	fi
 	out=$(table_meaning "$top/scripts/packages.txt")
@@ -592,8 +595,8 @@ touch "%s/busy"; sleep 2; rm -f "%s/busy"
 test_vm_kernel_no_rxe_in_boot() {
 	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing ver fetched
 	if [ "$(id -u)" != 0 ]; then
-		echo "SKIP systems/$t: needs root, to hide /boot in a mount namespace"
-		echo "SKIP systems/vm_kernel/fetched_version_in_boot_too: needs root, as above"
+		skip "$t" "needs root, to hide /boot in a mount namespace"
+		skip "vm_kernel/fetched_version_in_boot_too" "needs root, as above"
 		return
 	fi
 	# A kernel whose modules are here; else /boot is empty, as in a
@@ -680,34 +683,7 @@ test_run_signal() {
 	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
 }
 
-# run.sh's account of skips: a SKIP of a group stands for each test of it
-# that the plan names, each counted; a SKIP of a name the plan lacks fails.
-# Every stage here is a stub that prints its summary; unit's skips group
-# g (three tests) and one test that is in no plan.
-test_run_skips() {
-	local t=run/skip_counts_each_test d=$work/run-skips s status=0 why=''
-	mkdir -p "$d/tests" "$d/scripts"
-	cp "$top/tests/run.sh" "$d/tests/"
-	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
-	printf 'unit unit/g/a\nunit unit/g/b\nunit unit/g/c\nunit unit/d\n' >"$d/tests/plan.txt"
-	for s in tests/unit_client tests/twins.sh tests/fuzz.sh tests/systems.sh tests/host-mode.sh \
-		scripts/vm-run.sh scripts/deps.sh tests/vm-interrupt.sh tests/wire.sh; do
-		printf '#!/bin/sh\necho "stub: 0 passed, 0 failed"\n' >"$d/$s"
-	done
-	printf '#!/bin/sh\necho "SKIP unit/g: why"\necho "SKIP unit/e: why"\necho "PASS unit/d"\necho "stub: 1 passed, 0 failed"\n' >"$d/tests/unit_common"
-	chmod +x "$d"/tests/* "$d"/scripts/*
-	CI='' "$d/tests/run.sh" >"$d/log" 2>&1 || status=$?
-	if [ "$status" = 0 ]; then
-		why="run.sh exited 0"
-	elif ! grep -qx 'FAIL unit: tests that tests/plan.txt does not name (add them there): unit/e' "$d/log"; then
-		why="no FAIL for the SKIP of unit/e, which no plan names"
-	elif ! grep -q '^3 skipped' "$d/log" || ! grep -qx '  unit/g/c' "$d/log"; then
-		why="the three tests of unit/g are not counted and named as skipped"
-	fi
-	if [ -n "$why" ]; then fail "$t" "$why: $(tail -n 6 "$d/log" | paste -sd'|')"; else pass "$t"; fi
-}
-
-test_run_skips
+report_plan
 test_run_signal TERM alone sigterm_stops_the_stage
 test_run_signal HUP alone sighup_stops_the_stage
 test_run_signal INT group ctrl_c_stops_the_stage
@@ -728,4 +704,4 @@ test_unknown_system
 test_not_root
 test_doctor_fixes
 test_doctor_container_memlock
-report_end systems
+report_end

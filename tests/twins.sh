@@ -10,9 +10,9 @@
 #
 #   tests/twins.sh [TICK_FILE EV_FILE]
 #
-# Prints PASS/FAIL lines; exits non-zero if any check failed.  With the
-# real files it also checks itself: a copy of the event-driven server with
-# one changed line in a shared function must fail.
+# Reports in TAP (tests/report-lib.sh); exits non-zero if any check
+# failed.  With the real files it also checks itself: a copy of the
+# event-driven server with one changed line in a shared function must fail.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,9 +32,10 @@ declare -A DESIGNED=(
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-report_prefix=twins/
+report_prefix=twins/ report_stage=twins
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
+[ "$#" != 0 ] || report_plan
 
 # functions FILE DIR: each function definition of FILE (from the line that
 # names it to its closing brace at column 0) into DIR/NAME, and the names in
@@ -123,11 +124,10 @@ if [ "$#" = 0 ]; then
 	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
 	if cmp -s "$ev" "$work/ev_changed.c"; then
 		fail catches_a_difference "the self-test's sed found nothing to change in on_doorbell"
-	elif grep -q '^FAIL twins/shared_functions_identical: .* on_doorbell' "$work/self.out"; then
+	elif grep -q '^not ok - twins/shared_functions_identical: .* on_doorbell' "$work/self.out"; then
 		pass catches_a_difference
 	else
 		fail catches_a_difference "a changed on_doorbell went unnoticed"
 	fi
-	echo "twins: $passed passed, $failed failed"
 fi
-[ "$failed" = 0 ]
+report_end

@@ -6,26 +6,14 @@
  * source is compiled in here (its main renamed), so that its static
  * functions are the ones tested; nothing here needs an RDMA device.
  *
- * Prints "PASS name" or "FAIL name" per test and "unit_client: N passed,
- * N failed"; exits non-zero if any test failed.  Run with a timeout: the
- * bug it guards against is a loop that never ends.
+ * Reports in TAP (tests/tap.h), whose 60 s alarm ends a run that hangs:
+ * the bug it guards against is a loop that never ends.
  */
 int client_main(int argc, char **argv);
 #define main client_main
 #include "rdma_pool_client.c"
 #undef main
-
-static int failed_checks;
-
-static void expect(bool ok, const char *what, int line)
-{
-	if (!ok) {
-		printf("  check failed at line %d: %s\n", line, what);
-		failed_checks++;
-	}
-}
-
-#define EXPECT(cond) expect((cond), #cond, __LINE__)
+#include "tests/tap.h"
 
 /*
  * A client with room for one batch of k writes, granted a slice of `slots`
@@ -139,29 +127,12 @@ static void test_status_not_errno(void)
 
 int main(void)
 {
-	static const struct {
-		const char *name;
-		void (*run)(void);
-	} tests[] = {
+	static const struct unit_test tests[] = {
 		{ "batch_first", test_batch_first },
 		{ "batch_at_the_top", test_batch_at_the_top },
 		{ "batch_of_one_at_the_top", test_batch_of_one_at_the_top },
 		{ "status_not_errno", test_status_not_errno },
 	};
-	int passed = 0, failed = 0;
 
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		int before = failed_checks;
-
-		tests[i].run();
-		if (failed_checks == before) {
-			printf("PASS unit_client/%s\n", tests[i].name);
-			passed++;
-		} else {
-			printf("FAIL unit_client/%s\n", tests[i].name);
-			failed++;
-		}
-	}
-	printf("unit_client: %d passed, %d failed\n", passed, failed);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return RUN_TESTS("unit_client", tests);
 }

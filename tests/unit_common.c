@@ -3,8 +3,7 @@
  * message, the protocol decisions and the small parsers.  Plain C against
  * the real code; nothing here needs an RDMA device.
  *
- * Prints "PASS name" or "FAIL name" per test and a closing
- * "unit: N passed, N failed"; exits non-zero if any test failed.
+ * Reports in TAP (tests/tap.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,21 +14,9 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "tests/tap.h"
 
 #define MIB (1024u * 1024u)
-
-static int failed_checks;
-
-/* Records a failed check and carries on, so one run shows every failure. */
-static void expect(bool ok, const char *what, int line)
-{
-	if (!ok) {
-		printf("  check failed at line %d: %s\n", line, what);
-		failed_checks++;
-	}
-}
-
-#define EXPECT(cond) expect((cond), #cond, __LINE__)
 
 /* ---- the pool ----------------------------------------------------------- */
 
@@ -387,10 +374,7 @@ static void test_say_never_blocks(void)
 
 /* ---- runner ------------------------------------------------------------- */
 
-static const struct {
-	const char *name;
-	void (*run)(void);
-} tests[] = {
+static const struct unit_test tests[] = {
 	{ "pool_init_rejects_bad_sizes", test_pool_init_rejects_bad_sizes },
 	{ "pool_rounds_up_to_chunks", test_pool_rounds_up_to_chunks },
 	{ "pool_rejects_impossible_sizes", test_pool_rejects_impossible_sizes },
@@ -412,20 +396,5 @@ static const struct {
 
 int main(void)
 {
-	int passed = 0, failed = 0;
-
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		int before = failed_checks;
-
-		tests[i].run();
-		if (failed_checks == before) {
-			printf("PASS unit/%s\n", tests[i].name);
-			passed++;
-		} else {
-			printf("FAIL unit/%s\n", tests[i].name);
-			failed++;
-		}
-	}
-	printf("unit: %d passed, %d failed\n", passed, failed);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return RUN_TESTS("unit", tests);
 }

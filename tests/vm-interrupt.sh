@@ -8,12 +8,13 @@
 # too); wire.sh must publish nothing.  A Ctrl-C while vm-run.sh's KVM
 # probe runs must stop the probe too.  Runs on this machine, where the VMs
 # would.
-# Prints "PASS name" or "FAIL name: why" per test, then the summary.
+# Reports in TAP (tests/report-lib.sh).
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/vm-lib.sh
 . "$top/scripts/vm-lib.sh"
+report_stage=vm_interrupt
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
 mkdir -p "$vmdir"
@@ -108,7 +109,7 @@ test_vm_interrupt() {
 test_probe_interrupt() {
 	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe cache run probe='' why=''
 	if [ ! -w /dev/kvm ] || [ -n "${VM_ACCEL:-}" ]; then
-		echo "SKIP $name: no usable /dev/kvm here, or VM_ACCEL set: no probe runs"
+		skip "$name" "no usable /dev/kvm here, or VM_ACCEL set: no probe runs"
 		return
 	fi
 	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id)
@@ -134,6 +135,7 @@ test_probe_interrupt() {
 	if [ -n "$why" ]; then fail "$name" "$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')"; else pass "$name"; fi
 }
 
+report_plan
 test_probe_interrupt
 for script in vm-run vm-pair; do
 	test_vm_interrupt "$script" ctrl_c INT group sleep 600
@@ -142,4 +144,4 @@ for script in vm-run vm-pair; do
 done
 test_vm_interrupt wire ctrl_c INT group
 test_vm_interrupt wire sigterm TERM alone
-report_end vm_interrupt
+report_end

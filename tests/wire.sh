@@ -13,7 +13,7 @@
 # rping crosses once the sessions are over.
 #
 # Runs on this machine (make test's "wire" stage), not in a VM: it boots
-# the two VMs itself. Prints "PASS name" or "FAIL name: why" per test.
+# the two VMs itself. Reports in TAP (tests/report-lib.sh).
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,6 +21,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$top/build"
 dir=$(mktemp -d "$top/build/wire-test.XXXXXX")
 work=$dir
+report_stage=wire
 # shellcheck source=tests/lib.sh
 . "$top/tests/lib.sh"
 pcap=$dir/cable.pcap
@@ -158,9 +159,10 @@ test_corrupted_capture() {
 main() {
 	local status=0 name server size writes every
 	cd "$top"
+	report_plan
 	if ! command -v tshark >/dev/null; then
 		fail wire/tshark "no tshark to read the capture with: apt-get install tshark (or run scripts/deps.sh)"
-		finish
+		end_run
 	fi
 	echo "$PLAN" >"$dir/plan"
 	# The sessions cross the first cable, the one recorded, of the kind
@@ -178,7 +180,7 @@ main() {
 		fail wire/two_vms "scripts/vm-pair.sh exited $status: $(grep -E \
 			'^(\[(server|client) vm\] )?vm-pair' "$dir/vms.log" |
 			tail -n 3 | tr '\n' ' ')"
-		finish
+		end_run
 	fi
 	while read -r -u 3 name server _ size writes every family; do
 		test_session "$name" "$server" "$size" "$writes" "$every" "$family"
@@ -186,7 +188,7 @@ main() {
 	test_ipv6_trace
 	test_checker_fails
 	test_socket_cable
-	finish
+	end_run
 }
 
 # The IPv6 session in the trace: the client asks for the server's MAC by
@@ -225,8 +227,8 @@ test_socket_cable() {
 }
 
 # The summary; on failure the capture and every program's output stay.
-finish() {
-	if report_end wire; then
+end_run() {
+	if report_end; then
 		rm -rf "$dir"
 		exit 0
 	fi
