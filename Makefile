@@ -49,6 +49,10 @@ all: $(PROGRAMS) $(TOOLS)
 check-build:
 	@scripts/deps.sh --check build
 
+# The compiler line the programs are built with (scripts/with-build.sh).
+flags:
+	@echo '$(CC) $(ALL_CFLAGS)'
+
 # A make as root (sudo make test) leaves build/ root's: say so, by name.
 $(FLAGS): FORCE
 	@mkdir -p build
@@ -94,29 +98,27 @@ clean:
 # purpose), then builds: the compiler flags come from pkg-config, which may
 # only now be there.  What Soft-RoCE needs where it comes up (the rdma_rxe
 # module, or a VM), scripts/soft-roce.sh installs when it gets there.
+# A make test beside one of other flags in this checkout waits for it
+# (scripts/with-build.sh).
 test:
 	scripts/deps.sh build run test fuzz bench wire
-	$(MAKE) all $(FUZZER)
 	FUZZER=$(FUZZER) FUZZ_SECONDS=$(FUZZ_SECONDS) SANITIZE=$(SANITIZE) \
-		tests/run.sh
+		scripts/with-build.sh "all $(FUZZER)" tests/run.sh
 
 demo:
 	scripts/deps.sh build run
-	$(MAKE) all
-	scripts/soft-roce.sh scripts/demo.sh
+	scripts/with-build.sh all scripts/soft-roce.sh scripts/demo.sh
 
 # A measurement, not a test (make test runs a small version of it).
 bench:
 	scripts/deps.sh build run bench
-	$(MAKE) all
-	scripts/soft-roce.sh scripts/bench.sh '$(CURDIR)/bench-results'
+	scripts/with-build.sh all scripts/soft-roce.sh scripts/bench.sh '$(CURDIR)/bench-results'
 	@cat bench-results/results.md
 
 # Two VMs, one cable, one short session: the trace of every packet.
 wire:
 	scripts/deps.sh build run wire
-	$(MAKE) all
-	scripts/wire.sh $(WIRE_ARGS)
+	scripts/with-build.sh all scripts/wire.sh $(WIRE_ARGS)
 
 # What building and running by hand need (PURPOSES="..." for more, see
 # scripts/deps.sh).
@@ -127,4 +129,4 @@ deps:
 doctor:
 	scripts/doctor.sh
 
-.PHONY: all clean test demo bench wire deps fuzz doctor check-build FORCE
+.PHONY: all clean test demo bench wire deps fuzz doctor check-build flags FORCE

@@ -278,6 +278,43 @@ test_space_in_path() {
 	fi
 }
 
+# make test and make test SANITIZE=1 at once in one checkout: the second
+# must not relink the programs under the first, but wait for it.  In a copy
+# of the checkout, built as this one is, each make's tests/run.sh is a
+# stand-in that keeps the flags and the client it started with for 8 s.
+# (Neither make takes this make's variables, which it passes down.)
+test_other_flags_wait() {
+	local t=make/other_flags_wait d=$work/flags-co first f status=0 why=''
+	local ours=() other=(SANITIZE=1)
+	[ -z "${SANITIZE:-}" ] || { ours=(SANITIZE=1) other=(); }
+	mkdir -p "$d"
+	(cd "$top" && git ls-files -z | xargs -0 tar -cf -) | tar -C "$d" -xf -
+	for f in build/flags build/fuzz_ctrl_msg rdma_pool_client rdma_pool_server \
+		rdma_srq_pool_server_ev tests/unit_common tests/unit_client tests/ctrl_peer \
+		tests/cm_probe tests/bad_server; do
+		[ ! -e "$top/$f" ] || (cd "$top" && cp -a --parents "$f" "$d/")
+	done
+	cat >"$d/tests/run.sh" <<'EOF'
+#!/bin/sh
+before=$(cat build/flags rdma_pool_client | md5sum)
+touch started
+sleep 8
+[ "$(cat build/flags rdma_pool_client | md5sum)" = "$before" ] || { echo "relinked under it"; exit 1; }
+EOF
+	env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE make -C "$d" test "${ours[@]}" >"$d/first.out" 2>&1 &
+	first=$!
+	wait_until "$first" 120 test -e "$d/started" || why="the first make test did not start: $(tail -n 3 "$d/first.out" | paste -sd'|'); "
+	[ -n "$why" ] || env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE \
+		timeout 300 make -C "$d" test "${other[@]}" >"$d/second.out" 2>&1 || status=$?
+	wait "$first" || why+="the first make test failed: $(tail -n 2 "$d/first.out" | paste -sd'|'); "
+	if [ -z "$why" ] && [ "$status" != 0 ]; then
+		why="the second exited $status: $(tail -n 2 "$d/second.out" | paste -sd'|')"
+	elif [ -z "$why" ] && ! grep -q 'with-build.sh: another make in this checkout uses programs built with other flags' "$d/second.out"; then
+		why="the second did not say that it waits"
+	fi
+	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+}
+
 # No network (a network namespace of its own), as on a fresh machine: the
 # archive's lists never fetched and nothing installed (empty ones, in a
 # mount namespace), so deps.sh build has two packages to install, and the
@@ -696,6 +733,7 @@ test_vm_kernel_two_at_once
 test_static_probe
 test_make_names_the_package
 test_space_in_path
+test_other_flags_wait
 test_space_in_kernel_cache
 test_vm_stopped_while_packing
 test_no_network

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# with-build.sh "TARGETS" CMD...: make TARGETS, then CMD, which uses what
+# was built, while no make of other flags in this checkout (make test and
+# make test SANITIZE=1 at once) relinks the programs under it.  Makes of
+# the same flags share the programs (a shared flock on build/lock); one of
+# other flags takes the lock whole to rebuild, waiting for the others to
+# end first, and says so.  Runs in a recipe: make passes its variables
+# (SANITIZE=1) on to the makes here in MAKEFLAGS.
+set -euo pipefail
+
+mkdir -p build
+# A build/ this user cannot write: make says whose it is.
+[ -w build ] || exec make build/flags
+exec 9>>build/lock
+want=$(make -s --no-print-directory flags)
+
+# lock -s|-x: the lock, shared or whole; if another make holds it, say
+# what this one waits for.
+lock() {
+	flock -n "$1" 9 && return
+	echo "${0##*/}: another make in this checkout uses programs built with other flags (SANITIZE=1 or not): waiting for it to end" >&2
+	flock "$1" 9
+}
+
+ours() {
+	[ "$(cat build/flags 2>/dev/null)" = "$want" ]
+}
+
+while :; do
+	if ours; then lock -s; else lock -x; fi
+	# shellcheck disable=SC2086 # the targets, one word each
+	make $1
+	flock -s 9 # (whole to shared: another make may take it in between)
+	ours && break
+	flock -u 9
+done
+exec "${@:2}"
