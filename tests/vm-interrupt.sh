@@ -57,30 +57,41 @@ qemus() {
 
 # test_vm_interrupt SCRIPT NAME SIGNAL group|alone [ARGS...]: SCRIPT
 # (vm-run or vm-pair, ARGS "sleep 600", the command of its VMs; or wire)
-# gets SIGNAL once its VMs run.
+# gets SIGNAL once its VMs run.  A NAME that ends in _dead_stderr has its
+# stderr a pipe whose reader is gone when the signal comes (a dead tee; a
+# closed terminal fails writes too).
 test_vm_interrupt() {
 	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 job='' run
-	local status=0 why='' want log=$out/$1-$2.log results
+	local status=0 why='' want log=$out/$1-$2.log results err reader=''
 	shift 4
 	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
+	err=$log
+	if [[ $name == *_dead_stderr ]]; then
+		err=$log.fifo
+		mkfifo "$err"
+		cat "$err" >"$log.err" &
+		reader=$!
+	fi
 	# A process group of its own, as a terminal's job has (set -m; without
 	# it bash starts a background command with SIGINT ignored), and the
 	# signal's default action: a script cannot trap a signal it inherits
 	# ignored, and under nohup make test would inherit SIGHUP ignored.
 	set -m
-	env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>&1 &
+	env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>"$err" &
 	run=$!
 	set +m
-	# Until a VM of its own runs (not another run's): its folder.
-	if wait_until "$run" 60 vm_below "$run" >/dev/null; then
-		job=$(vm_below "$run") || true
-	fi
+	# Until a VM of its own runs (not another run's): its folder, from the
+	# look that found it (a second look missed it once, here: "the VM did
+	# not start" at once, while wire.sh's VMs ran).
+	wait_until "$run" 60 vm_below "$run" >"$log.job" || true
+	job=$(cat "$log.job")
 	if [ -z "$job" ]; then
-		kill -KILL -- "-$run" 2>/dev/null || true
-		fail "$name" "the VM did not start: $(tail -n 3 "$log" | tr '\n' '|')"
+		kill -KILL -- "-$run" $reader 2>/dev/null || true
+		fail "$name" "the VM did not start: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')"
 		return
 	fi
 	sleep 2 # into the guest's boot
+	[ -z "$reader" ] || { kill "$reader" && wait "$reader"; } 2>/dev/null || true
 	signal_job "$run" "$target" "$sig" 20 || why="$script.sh still runs 20 s after SIG$sig"
 	status=$job_status
 	want=$((128 + $(kill -l "$sig")))
@@ -95,7 +106,7 @@ test_vm_interrupt() {
 		why="wire-results/ was replaced, or this run's folder left beside it"
 	fi
 	if [ -n "$why" ]; then
-		fail "$name" "$why: $(tail -n 3 "$log" | tr '\n' '|')"
+		fail "$name" "$why: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')"
 		# shellcheck disable=SC2046 # PIDs, one word each
 		kill -KILL $(qemus "$job") 2>/dev/null || true
 	else
@@ -142,6 +153,7 @@ for script in vm-run vm-pair; do
 	test_vm_interrupt "$script" sigterm TERM alone sleep 600
 	test_vm_interrupt "$script" sighup HUP alone sleep 600
 done
+test_vm_interrupt vm-run sighup_dead_stderr HUP alone sleep 600
 test_vm_interrupt wire ctrl_c INT group
 test_vm_interrupt wire sigterm TERM alone
 report_end
