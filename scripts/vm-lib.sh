@@ -196,7 +196,7 @@ check_prereqs() {
 # cached; and it is packed in a folder of this run's, so that two runs at
 # once do not write one file.
 build_initramfs() {
-	local ver=$1 root=$2 key image stage files path name
+	local ver=$1 root=$2 key image tmp stage files path name
 	files=$(initramfs_modules "$root" "$ver")
 	key=$(printf '%s\n' "$ver" "$root" "$files" "$(cat "$INIT")" |
 		sha256sum | cut -c1-12)
@@ -206,10 +206,13 @@ build_initramfs() {
 		return
 	fi
 
-	stage=$(mktemp -d "$vmdir/initramfs.XXXXXX") || die "cannot make a folder in $vmdir"
+	tmp=$(mktemp -d "$vmdir/initramfs.XXXXXX") || die "cannot make a folder in $vmdir"
+	stage=$tmp/root
 	# This subshell's own: a failed step (die) or a signal leaves nothing.
+	# The image is packed inside the same folder: a packer that opens it
+	# after this rm (it was stopped too, a moment later) finds no folder.
 	# shellcheck disable=SC2064 # the path, now
-	trap "rm -rf '$stage' '$stage.cpio.gz'" EXIT
+	trap "rm -rf '$tmp'" EXIT
 	mkdir -p "$stage/bin" "$stage/dev" "$stage/proc" "$stage/sys" \
 		"$stage/lib/modules" || die "cannot fill $stage"
 	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
@@ -232,9 +235,9 @@ build_initramfs() {
 
 	(set -o pipefail && cd "$stage" &&
 		find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
-		>"$stage.cpio.gz" || die "cannot pack the initramfs for $ver"
+		>"$tmp/image.cpio.gz" || die "cannot pack the initramfs for $ver"
 	rm -f "$vmdir"/initramfs-"$ver"-*.cpio.gz
-	mv "$stage.cpio.gz" "$image" || die "cannot move the initramfs to $image"
+	mv "$tmp/image.cpio.gz" "$image" || die "cannot move the initramfs to $image"
 	echo "$image"
 }
 
