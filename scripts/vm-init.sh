@@ -122,7 +122,9 @@ RDMA_ENV="SOFT_ROCE_IN_VM=1 container="
 on_host ip link set lo up
 [ -z "${vm_nic_macs:-}" ] || rxe_on_cables
 
-# ttyS0 is the host's stdout; ttyS1, the console, is its stderr.
+# ttyS0 is the host's stdout; ttyS1, the console, is its stderr.  From
+# here on the job has run (vm-run.sh boots again a VM that stops before).
+: >"$H$vm_job/started"
 # shellcheck disable=SC2086 # RDMA_ENV is words
 chroot "$H" /usr/bin/env -i HOME=/root $RDMA_ENV \
 	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
