@@ -3,21 +3,58 @@
 # wire-trace.sh passes them) to one record per packet: frame, time,
 # source, destination, kind, BTH opcode, PSN, destination QP, and the
 # details as key=value words ("-" if none). Kinds: arp-request, arp-reply,
-# nd-solicit, nd-advert (IPv6's neighbour discovery, its ARP), cm-req, cm-rep, cm-rtu, cm-rej, cm-dreq, cm-drep, cm-other, send, write,
-# write-imm, ack, rnr-nak, nak, other. A SEND's 32-byte ctrl_msg is decoded
-# (every field big-endian, as common/common.h lays it out).
+# nd-solicit, nd-advert (IPv6's neighbour discovery, its ARP), cm-req,
+# cm-rep, cm-rtu, cm-rej, cm-dreq, cm-drep, cm-other, send, write,
+# write-imm, ack, rnr-nak, nak, other.
+#
+# A SEND's ctrl_msg is decoded by the layout the programs are built with,
+# read from the variable "common" (the folder common/): each field's
+# offset from common.c's _Static_asserts, which the compiler holds true,
+# and the message's size, magic and types from common.h. Every field is
+# big-endian on the wire (msg_encode).
 
+function read_layout(   line, f, i, j) {
+	while ((getline line < (common "/common.c")) > 0)
+		if (match(line, /offsetof\(struct ctrl_msg, [a-z_]+\) == [0-9]+/)) {
+			split(substr(line, RSTART, RLENGTH), f, /[ ,)]+/)
+			fname[++fields_n] = f[3]; foff[fields_n] = f[5] + 0
+		}
+	while ((getline line < (common "/common.h")) > 0) {
+		split(line, f, /[ \t=,]+/)
+		if (f[1] == "#define" && f[2] == "CTRL_MSG_SIZE") msg_size = f[3]
+		if (f[1] == "#define" && f[2] == "CTRL_MAGIC") magic = num(substr(f[3], 1, length(f[3]) - (f[3] ~ /u$/)))
+		if (f[2] ~ /^CTRL_RE(Q|SP)_ALLOC$/) { mtype[f[3]] = substr(f[2], 6); types++ }
+	}
+	if (fields_n < 2 || !msg_size || !magic || types != 2) {
+		print "wire-decode: no ctrl_msg layout in " common "/common.[ch]" > "/dev/stderr"
+		exit 1
+	}
+	for (i = 1; i <= fields_n; i++) { # up to the next field, or the end
+		flen[i] = msg_size - foff[i]
+		for (j = 1; j <= fields_n; j++)
+			if (foff[j] > foff[i] && foff[j] - foff[i] < flen[i])
+				flen[i] = foff[j] - foff[i]
+	}
+}
 function be(p, off, len) {
 	return num("0x" substr(p, off * 2 + 1, len * 2))
 }
-function ctrl_msg(p,   type, name) {
-	if (length(p) != 64 || substr(p, 1, 8) != "52444d41")
+# A SEND's payload P (hex digits): "msg=TYPE" and each other field as
+# NAME=VALUE (addr and rkey in hex), or "bytes=N" if it is no ctrl_msg.
+function ctrl_msg(p,   i, v, s) {
+	if (length(p) != 2 * msg_size)
 		return "bytes=" length(p) / 2
-	type = be(p, 6, 2)
-	name = type == 1 ? "REQ_ALLOC" : type == 2 ? "RESP_ALLOC" : "type" type
-	return "msg=" name " version=" be(p, 4, 2) " size=" be(p, 8, 4) \
-		" addr=" hex(be(p, 16, 8)) " rkey=" hex(be(p, 24, 4)) \
-		" status=" be(p, 28, 4)
+	s = ""
+	for (i = 1; i <= fields_n; i++) {
+		v = be(p, foff[i], flen[i])
+		if (fname[i] == "magic" && v != magic)
+			return "bytes=" length(p) / 2
+		if (fname[i] == "type")
+			s = "msg=" (v in mtype ? mtype[v] : "type" v) s
+		else if (fname[i] != "magic")
+			s = s " " fname[i] "=" (fname[i] ~ /^(addr|rkey)$/ ? hex(v) : v)
+	}
+	return s
 }
 function cm(attr) {
 	if (attr == 16) return "cm-req"
@@ -37,6 +74,7 @@ BEGIN {
 	n = split(fields, names, " ")
 	for (i = 1; i <= n; i++)
 		col[names[i]] = i
+	read_layout()
 }
 {
 	src = v("ip.src") v("ipv6.src"); dst = v("ip.dst") v("ipv6.dst")

@@ -58,7 +58,8 @@ packets() {
 }
 
 decode() {
-	awk -v "fields=${FIELDS[*]}" -f "$here/wire-lib.awk" \
+	awk -v "fields=${FIELDS[*]}" -v "common=$here/../common" \
+		-f "$here/wire-lib.awk" \
 		-f "$here/wire-decode.awk"
 }
 

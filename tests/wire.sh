@@ -186,6 +186,7 @@ main() {
 		test_session "$name" "$server" "$size" "$writes" "$every" "$family"
 	done 3<"$dir/plan"
 	test_ipv6_trace
+	test_decoder_layout
 	test_checker_fails
 	test_socket_cable
 	end_run
@@ -209,6 +210,27 @@ test_ipv6_trace() {
 		fail "$t/connect_request" "no CM ConnectRequest from $client to $server, port 7473"
 	else
 		pass "$t/connect_request"
+	fi
+}
+
+# The decoder reads the message's layout from common/, as the programs are
+# built with it: in a copy whose rkey and status trade places, the
+# server's RESP_ALLOC decodes with them traded.
+test_decoder_layout() {
+	local t=wire/decoder_follows_common copy=$dir/layout rkey got
+	mkdir -p "$copy/scripts"
+	cp -r "$top/common" "$copy/"
+	cp "$top"/scripts/wire-{trace.sh,lib.awk,decode.awk} "$copy/scripts/"
+	sed -i 's/\(rkey) == \)24/\128/; s/\(status) == \)28/\124/' "$copy/common/common.c"
+	rkey=$("$top/scripts/wire-trace.sh" --raw "$pcap" | grep -m 1 -o 'msg=RESP_ALLOC .* rkey=0x[0-9a-f]* status=0$' || true)
+	rkey=${rkey##*rkey=} rkey=${rkey%% *}
+	got=$("$copy/scripts/wire-trace.sh" --raw "$pcap" 2>&1 | grep -m 1 -o 'msg=RESP_ALLOC .*' || true)
+	if [ -z "$rkey" ]; then
+		fail "$t" "no RESP_ALLOC with status 0 in the capture"
+	elif [[ " $got " == *" rkey=0x0 "* && " $got " == *" status=$((rkey)) "* ]]; then
+		pass "$t"
+	else
+		fail "$t" "rkey and status traded in common.c, the RESP_ALLOC of rkey $rkey decodes as [$got]"
 	fi
 }
 
