@@ -30,10 +30,9 @@ median() {
 		}' "$1"
 }
 
-# latency_table: one row per server of latency.tsv, in the order they
-# ran: the medians over its runs (every client of every round) of each
-# run's median and p99 round trip (with the lowest and highest median) and
-# of the idle CPU.
+# latency_table: one row per server of latency.tsv, in the order they ran:
+# the medians over its runs (every client of every round) of each run's
+# median (with the lowest and highest) and p99 round trip, and of idle CPU.
 latency_table() {
 	awk -F'\t' "$stats"'
 		function med(list,   n, v) {
@@ -79,8 +78,7 @@ round_ratios() {
 		}' "$rates"
 }
 
-# What bench.sh ran: writes, load, scaling, lat, the event-driven server's
-# default busy_default (shell assignments it wrote).
+# What bench.sh ran: the shell assignments it wrote.
 writes='' load='' scaling='' lat='' busy_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"

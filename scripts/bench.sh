@@ -21,9 +21,8 @@
 # Exits non-zero if a program fails or a doorbell arrives out of order or
 # with the wrong value: a fast run that broke the protocol measures nothing.
 set -euo pipefail
-# A command that fails unguarded ends the run (set -e): it says which, at
-# which line, and with which status (set -E: in functions and subshells
-# too), so that a run never ends with nothing but make's "Error 1".
+# An unguarded failure ends the run saying which command, line and status
+# (set -E: in functions and subshells too), never just make's "Error 1".
 set -E
 trap 'echo "bench: stopped: line $LINENO: $BASH_COMMAND: exit status $?" >&2' ERR
 
@@ -81,30 +80,24 @@ fi
 for k in "${ks[@]}"; do
 	((writes % k == 0)) || { echo "bench: writes=$writes is not a multiple of K=$k" >&2; exit 1; }
 done
-# The load for the CPU comparison: clients at once, a doorbell every 4.
 load_k=4
 # Every slot of the slice is written at most once (1 MiB = 262144 slots),
 # so every doorbell must find exactly its own sequence number.
 slice=1048576
-# Scaling with clients: that many clients at once, each scale_writes writes
-# with a doorbell every scale_k, one doorbell in flight.  Each is granted a
-# slice of exactly its writes (every slot written once, as above; 20000
-# writes = 80 KiB, rounded up to whole 4 KiB chunks), and the server gets a
-# pool of exactly the most clients' slices (--pool-size), so they all fit
-# whatever scale_writes is.
+# Scaling: each client is granted a slice of exactly its writes (every
+# slot written once, as above), and the server a pool of exactly the most
+# clients' slices (--pool-size), so they all fit whatever scale_writes is.
 scale_k=64
 scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
 client=$top/rdma_pool_client
 ev_server=rdma_srq_pool_server_ev
 tick_server=rdma_pool_server
-# The servers compared, each "PROGRAM [OPTIONS...]": a variant with options
-# is one more entry, and the tables and the plots name it by that string.
-# The event-driven server runs plain (--busy-poll-us 0: it re-arms the CQ
-# at every wake-up) and with its default hybrid polling.
+# The servers compared, each "PROGRAM [OPTIONS...]" (the tables and plots
+# name it so): the event-driven server plain (--busy-poll-us 0: it re-arms
+# the CQ at every wake-up) and with its default hybrid polling.
 servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
-# The smoke run (make test) scales only the two servers as they start.
 if [ "$smoke" = 1 ]; then
 	scale_servers=("$tick_server" "$ev_server")
 fi
@@ -147,8 +140,7 @@ if ! flock -n "$lock"; then
 fi
 
 # The round trip against the tick loop, and against the event-driven server
-# with each budget of hybrid polling (--busy-poll-us), then idle: the curve.
-# Its default budget (from its --help) is always one of them.
+# at each busy-poll budget, its default (from its --help) always one.
 busy_default=$("$top/$ev_server" --help | tr '\n' ' ' |
 	sed -n 's/.*--busy-poll-us N[^(]*(default \([0-9]*\)).*/\1/p')
 [ -n "$busy_default" ] || die "$ev_server --help names no default for --busy-poll-us"
@@ -181,11 +173,10 @@ server_cpu() {
 	awk '{ print $14 + $15 }' "/proc/$server_pid/stat"
 }
 
-# server_cpu_ns: the server's time on a CPU so far, in nanoseconds (the
-# first field of /proc/PID/task/TID/schedstat, summed over its threads).
-# The clock ticks of /proc/PID/stat come in 10 ms steps, too coarse for
-# a few hundred doorbells.  Bash's own read, no program: starting one
-# costs a fifth of a second under emulation.
+# server_cpu_ns: the server's time on a CPU so far, in nanoseconds (field 1
+# of /proc/PID/task/TID/schedstat, summed over its threads): the 10 ms
+# ticks of /proc/PID/stat are too coarse for a few hundred doorbells.  Read
+# by bash: starting a program costs a fifth of a second under emulation.
 server_cpu_ns() {
 	local task ns total=0
 	for task in "/proc/$server_pid/task/"*/schedstat; do
@@ -231,8 +222,7 @@ clients_log() {
 }
 
 # clients_done NAME...: the doorbells those client runs rang, all together,
-# and the longest of their own times (the seconds= of their "done" lines);
-# fails if one has no "done" line.
+# and the longest of their own times (seconds=); fails if one has no "done".
 clients_done() {
 	local name files=()
 	for name; do files+=("$work/$name.out"); done
@@ -265,10 +255,9 @@ server_lines() {
 
 # doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
 # on, once CLIENTS connections have ended there and their QPs are destroyed
-# (their slices back in the pool, up to 2 s later on Linux 6.1, whose rxe
-# never raises LAST_WQE_REACHED; the next run needs the room): each
-# connection's doorbells in order, each with value == seq and "ok", RUNG in
-# all.
+# (the next run needs their slices back in the pool: up to 2 s later on
+# Linux 6.1, whose rxe never raises LAST_WQE_REACHED): each connection's
+# doorbells in order, each with value == seq and "ok", RUNG in all.
 doorbells_check() {
 	local from=$1 clients=$2 rung=$3 i seen
 	for ((i = 0; i < 100; i++)); do
@@ -310,11 +299,9 @@ field() {
 
 # perftest TOOL NAME ARGS...: TOOL's server and client over rdma_cm on
 # RDMA_ADDR (the client fails at once while nobody listens, so it retries:
-# the server's output says nothing before it is done); the client's
-# output in $work/NAME.out.  A pair that fails (seen: a client's
-# "Unexpected CM event"; a client that could not connect twenty times) is
-# started again, both sides, twice at most; what both sides printed goes
-# to logs/perftest-failures.out.
+# the server's output says nothing before it is done); the client's output
+# in $work/NAME.out.  A pair that fails (seen: "Unexpected CM event"; no
+# connection in twenty tries) is started again, both sides, twice at most.
 perftest() {
 	local tool=$1 name=$2 pid i pair
 	shift 2
@@ -347,10 +334,9 @@ perftest_row() {
 	grep -A1 '#bytes' "$1" | tail -n 1
 }
 
-# write_bw NAME ARGS...: ib_write_bw's run NAME; its writes/s (its
-# MsgRate, in millions of packets, here writes, per second) into rate.
-# Once, in a smoke run on 6.1, it reported 0 for every figure of a run that
-# had completed: such a run is run again, twice at most.
+# write_bw NAME ARGS...: ib_write_bw's run NAME; its writes/s (its MsgRate,
+# in millions of packets, here writes, per second) into rate.  A run that
+# completed with 0 for every figure (seen on 6.1) is run again, twice at most.
 write_bw() {
 	local name=$1 try
 	shift
@@ -363,20 +349,17 @@ write_bw() {
 	die "ib_write_bw $* reported 0 writes/s three times"
 }
 
-# write_bw_list K: ib_write_bw at its best, as the client posts: a list of
-# K writes per ibv_post_send() (-l K) and a completion every K (-Q K).  It
-# posts a list only while the list fits in its send queue (-t, 128 by
-# default), so for K > 64 the queue is 2K deep: two lists in flight, as at
-# K = 64.
+# write_bw_list K: ib_write_bw at its best, as the client posts: K writes
+# per ibv_post_send() (-l K), a completion every K (-Q K).  It posts a list
+# only while the list fits in its send queue (-t, 128 by default), so for
+# K > 64 the queue is 2K deep: two lists in flight, as at K = 64.
 write_bw_list() {
 	write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128))
 }
 
 # write_lat: ib_write_lat's ping-pong; its t_typical (the median) and 99%
-# percentile, in µs, tab-separated, into lat_row.  A run that does not give
-# two positive figures is run again, twice at most (once, in make test's
-# smoke run on 6.1, two benches at once, results.md got an ib_write_lat row
-# without them).
+# percentile, in µs, tab-separated, into lat_row; run again, twice at most,
+# if they are not both positive (seen on 6.1, two benches at once).
 write_lat() {
 	local try
 	for try in 1 2 3; do
@@ -396,8 +379,7 @@ doorbells_checked=0
 rates=$out/rates.tsv # what  k  window  round  writes_per_s
 printf 'what\tk\twindow\tround\twrites_per_s\n' >"$rates"
 
-# ib_write_bw's message rate, and the client's for every K and window, all
-# against the event-driven server, round after round.
+# The message rates, all against the event-driven server, round after round.
 measure_rates() {
 	local r k w rate
 	server_start "$ev_server"
@@ -434,7 +416,7 @@ headline=$out/headline.tsv # what  k  window  round  writes_per_s  busiest_cpu_b
 printf 'what\tk\twindow\tround\twrites_per_s\tbusiest_cpu_busy_pct\tothers_idle_pct\n' >"$headline"
 
 # cpu_times: each CPU's line of /proc/stat (cpuN user nice system idle
-# iowait irq softirq steal ...), in clock ticks since boot; bash's own read.
+# iowait irq softirq steal ...), in clock ticks since boot.
 cpu_times() {
 	local line
 	while read -r line; do
@@ -461,16 +443,14 @@ cpu_shares() {
 	}' <(echo "$1") <(echo "$2")
 }
 
-# The headline: the client at K = head_k, W = 1 and W = 4, against
-# ib_write_bw -l head_k -Q head_k, head_rounds rounds; against each server,
-# since they cost the writer differently: a doorbell that completes on the
-# event-driven server's armed CQ wakes it (the kernel's completion handler,
-# in the writer's system call or on its CPU), where the tick loop finds it
-# by polling.  Under emulation a whole round runs fast or slow (one run of
-# make bench on 6.12 had perftest's list at 22380 to 49405 writes/s), so
-# the report compares the client with perftest round by round; and in each
-# round perftest and the two servers take turns at going first, so that
-# none is always the one that starts after a pause.
+# The headline, against each server, since they cost the writer differently:
+# a doorbell that completes on the event-driven server's armed CQ wakes it
+# (the kernel's completion handler, in the writer's system call or on its
+# CPU), where the tick loop finds it by polling.  Under emulation a whole
+# round runs fast or slow (perftest's list: 22380 to 49405 writes/s in one
+# run on 6.12), so the report compares the client with perftest round by
+# round; and in each round perftest and the two servers take turns at
+# going first, so that none is always the one that starts after a pause.
 measure_headline() {
 	local r i
 	local -a turn=(perftest "$ev_server" "$tick_server")
@@ -514,13 +494,11 @@ headline_clients() {
 latency=$out/latency.tsv # what  round  median_us  p99_us  idle_pct
 printf 'what\tround\tmedian_us\tp99_us\tidle_pct\n' >"$latency"
 
-# ib_write_lat's ping-pong, and the client's doorbell round trip (K = 1,
-# one in flight) against each of latency_servers, round after round,
-# lat_clients clients one after the other each time; then the server's CPU
-# while idle, just after it served: the event-driven server with a
-# busy-poll budget is still polling then, and must fall asleep within its
-# budget.  Under emulation one client's median swings by 2x from one run
-# to the next, so every row of the report is a median over many.
+# ib_write_lat's ping-pong, and the client's doorbell round trip against
+# each of latency_servers; then the server's CPU while idle, just after it
+# served: with a busy-poll budget it is still polling then, and must fall
+# asleep within its budget.  Under emulation one client's median swings by
+# 2x from run to run, so every row of the report is a median over many.
 measure_latency() {
 	local r c entry a b idle
 	local -a server rows
@@ -597,8 +575,7 @@ measure_cpu() {
 scale=$out/scale.tsv
 printf 'server\tclients\twrites\tdoorbells\twall_s\tcpu_s\tslowest_s\trnr_naks\n' >"$scale"
 
-# How each server copes with more clients at once: for every entry of
-# scale_servers, one server, and on it every count of scale_clients in turn.
+# How each server copes with more clients at once.
 measure_scale() {
 	local entry n
 	local -a server
@@ -620,13 +597,12 @@ measure_scale() {
 	done
 }
 
-# clients_at_once NAME...: a client per NAME, all at once, each
-# scale_writes writes into a slice of its own; fails if one does.  They
-# run at the lowest priority (nice 19), standing in for clients on other
-# machines: each busy-polls its CQ while a doorbell is on its way, and 32
-# of them at the server's priority on two CPUs would leave the one server
-# thread a 33rd of the time, as no remote client could (measured: doorbells
-# then waited over 10 s for an SRQ the server had no time to refill).
+# clients_at_once NAME...: a client per NAME, all at once, each scale_writes
+# writes into a slice of its own; fails if one does.  At nice 19, standing
+# in for clients on other machines: each busy-polls its CQ while a doorbell
+# is on its way, and 32 at the server's priority on two CPUs would leave
+# the one server thread a 33rd of the time (measured: doorbells then waited
+# over 10 s for an SRQ the server had no time to refill).
 clients_at_once() (
 	local name pid pids=()
 	renice -n 19 -p "$BASHPID" >/dev/null
@@ -641,10 +617,9 @@ clients_at_once() (
 )
 
 # scale_row NAME N: N clients at once against the running server (NAME in
-# the table).  Wall time from the first client's start to the last one's
-# end; the server's CPU time and the RNR NAKs over the same span; every
-# doorbell checked.  Inside that span nothing but the clients (and the
-# renice that lowers them) starts a program.
+# the table): the wall time from the first client's start to the last
+# one's end, the server's CPU time and the RNR NAKs over that span, inside
+# which nothing but the clients (and their renice) starts a program.
 scale_row() {
 	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
 	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done

@@ -59,9 +59,8 @@ start_server() {
 
 # resources WHAT: "rdma resource show WHAT", asked again if it fails.  It
 # fails ("Invalid argument") when a device comes or goes while it walks
-# the devices, as another run's may (measured under 6.12: 48 of 408 while
-# a device was added and deleted in a loop; in a loaded VM on 6.1, five
-# in a row 0.2 s apart).  So up to 4 s; on failure, its error.
+# the devices, as another run's may (seen in a loaded VM on 6.1: five in a
+# row 0.2 s apart).  So up to 4 s; on failure, its error.
 resources() {
 	local try out
 	for try in 1 2 3 4 5 6 7 8 9 10; do
@@ -73,8 +72,7 @@ resources() {
 }
 
 # kernel_view WHAT...: the rows of "rdma resource show WHAT" that belong to
-# the server or the client, with the columns that teach.  As an ordinary
-# user the kernel shows no keys (only to CAP_NET_ADMIN): say so.
+# the server or the client, with the columns that teach.
 kernel_view() {
 	local what listed pids="$server_pid ${client_pid:-}"
 	for what in "$@"; do

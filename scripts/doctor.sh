@@ -28,12 +28,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SYSFS=/sys/class/infiniband
 NODES=/dev/infiniband
 # What ibv_reg_mr pins, in KiB: the server's pool (DEFAULT_POOL_SIZE in
-# common/common.h, 4 MiB), plus its receive and reply buffers (8 KiB and
-# 16 KiB at the defaults, rounded out to whole pages) with room to spare.
-# Measured (VmPin in /proc/PID/status, defaults): 4128 KiB for the
-# event-driven server, 4108 KiB for the polling one, 4 KiB for the client.
-# Under --isolation mw the pool has no region of its own and each granted
-# slice one: never more than the pool in all.
+# common/common.h, 4 MiB) plus its receive and reply buffers (8 and 16 KiB
+# at the defaults, in whole pages) with room to spare.  Measured (VmPin in
+# /proc/PID/status, defaults): 4128 KiB event-driven server, 4108 polling,
+# 4 client.  Under --isolation mw each granted slice has a region of its
+# own instead of the pool: never more than the pool in all.
 POOL_KIB=4096
 BUFFERS_KIB=64
 NEED_KIB=$((POOL_KIB + BUFFERS_KIB))
@@ -46,8 +45,7 @@ n_ok=0
 n_failed=0
 n_skipped=0
 
-# What the checks found, for the checks after them.  (container: see
-# detect_container.)
+# What the checks found, for later ones (container: detect_container).
 suggested_netdev='' # a netdev to suggest for "rdma link add"
 user=''             # who runs this: device nodes and memlock are per user
 rxe_available=false # rdma_rxe loaded, built in, loadable, or not needed
@@ -73,10 +71,9 @@ note() {
 	printf 'note %s\n' "$1"
 }
 
-# detect_container: the kind of container this runs in, if any.  The
-# variable "container", where it is set (even empty), says so, as systemd
-# reads it from PID 1; else what container engines leave behind for their
-# guests: podman /run/.containerenv, docker /.dockerenv.
+# detect_container: the kind of container this runs in, if any: the
+# variable "container" where set (even empty), as systemd reads it from
+# PID 1; else podman's /run/.containerenv or docker's /.dockerenv.
 detect_container() {
 	local env
 	if [ -n "${container+set}" ]; then
@@ -134,9 +131,8 @@ check_module() {
 	esac
 }
 
-# Where rdma_rxe comes from: the host, for a container; a package of its
-# own on some systems (Ubuntu's linux-modules-extra); another kernel, for
-# Debian's cloud kernel; else a VM.
+# Where rdma_rxe comes from: a container's host, a package of its own (as
+# Ubuntu's linux-modules-extra), another kernel (Debian's cloud), or a VM.
 module_fix() {
 	local pkgs
 	if [ -n "$container" ]; then
@@ -271,10 +267,9 @@ check_devinfo() {
 	fi
 }
 
-# RoCE finds its peer by IP address: each address of the netdev appears in
-# the port's GID table as an IPv4-mapped GID (::ffff:a.b.c.d).  Prints the
-# GID's index, or fails.  (The table has a thousand entries, most of them
-# empty: stop at the first match.)
+# RoCE finds its peer by IP address: each address of the netdev is in the
+# port's GID table as an IPv4-mapped GID (::ffff:a.b.c.d).  Prints its
+# index at the first match (of a thousand entries, most empty), or fails.
 gid_index() {
 	local a b c d want gid file
 	IFS=. read -r a b c d <<<"$1"
@@ -411,8 +406,7 @@ check_memlock() {
 	fi
 }
 
-# The whole path at once: rdma_cm resolves the address, connects two QPs
-# and a few messages go through.
+# The whole path at once: rdma_cm resolves, connects, passes messages.
 check_rping() {
 	local what=rping
 	if [ -z "$addr" ]; then

@@ -2,19 +2,11 @@
 # program-lib.sh: waiting for what a program of this project says, and
 # stopping it, done one way by everything that starts one in the background:
 # the tests (tests/lib.sh), make demo, make bench and make wire.
-#   await_line FILE REGEX SECONDS [PID]
-#                      true once a line of FILE matches REGEX
-#   listen_port FILE [PID]
-#                      a server's port, from its "listen port=N" line
-#   await_exit PID SECONDS
-#                      its exit status once it ends (124: killed after SECONDS)
-#   stop_program PID   SIGINT, as Ctrl-C sends; then its exit status
 
 # await_line FILE REGEX SECONDS [PID]: true once a line of FILE matches
 # REGEX; false (1) after SECONDS, or (2) as soon as process PID has ended
-# without writing one.  The deadline is in seconds of the clock, not in
-# rounds of the loop: under emulation on a busy host one round can take far
-# longer than its sleep.
+# without writing one.  Seconds of the clock, not rounds of the loop: under
+# emulation on a busy host one round can take far longer than its sleep.
 await_line() {
 	local end=$((SECONDS + $3))
 	while ((SECONDS < end)); do
@@ -29,9 +21,8 @@ await_line() {
 }
 
 # listen_port FILE [PID]: waits (20 s at most, and only while PID runs) for
-# the server's "listen port=N" line in FILE, and prints N.  With --port 0
-# the CM picks N from the kernel's local port range, so two runs at once
-# never meet.
+# the server's "listen port=N" line in FILE and prints N.  With --port 0 the
+# CM picks N from the kernel's local port range: two runs at once never meet.
 listen_port() {
 	await_line "$1" '^listen port=[0-9]+ ' 20 "${2:-}" &&
 		sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1"
@@ -54,8 +45,7 @@ await_exit() {
 	return 124
 }
 
-# stop_program PID: SIGINT, as Ctrl-C sends, then its exit status as
-# await_exit gives it, within 20 s.
+# stop_program PID: SIGINT, as Ctrl-C sends, then await_exit's status.
 stop_program() {
 	kill -INT "$1" 2>/dev/null || true
 	await_exit "$1" 20

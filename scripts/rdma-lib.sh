@@ -17,9 +17,8 @@
 # modprobe, ip and rdma live in /sbin, which a user's PATH may lack.
 PATH=$PATH:/usr/sbin:/sbin
 
-# "rdma link show" says, per port: "link rxe0/1 state ACTIVE
-# physical_state LINK_UP netdev eth0".  An rxe port is ACTIVE when its
-# netdev is up with a carrier.
+# Per port: "link rxe0/1 state ACTIVE physical_state LINK_UP netdev eth0".
+# An rxe port is ACTIVE when its netdev is up with a carrier.
 active_ports() {
 	command -v rdma >/dev/null || return 0
 	rdma link show 2>/dev/null | awk '

@@ -44,21 +44,18 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/system-lib.sh
 . "$here/system-lib.sh"
 
-# Soft-RoCE's own interface and device: the same name for both, this
-# run's own.  (15 characters at most: "rxe_demo" and a PID of up to 7.)
-# The second, with SOFT_ROCE_DEVICES=2, is rxe_dem2<PID>.
+# One name for this run's interface and device: 15 characters at most,
+# "rxe_demo" and a PID of up to 7.
 PREFIX=rxe_demo PREFIX2=rxe_dem2
 OWN=$PREFIX$$ OWN2=$PREFIX2$$
-# The modules this run loaded, which the EXIT trap may remove again; the
-# session CMD runs in, which a signal stops.
+# What the traps undo: the modules this run loaded, CMD's session.
 loaded_modules=() cmd_sid='' cmd_name=''
 
 say() {
 	echo "soft-roce: $*" >&2
 }
 
-# run_alive NAME: true if the rxe_demo<PID> (or rxe_dem2<PID>) device or
-# interface NAME belongs to a soft-roce.sh that still runs.
+# run_alive NAME: true if NAME's soft-roce.sh (its PID ends NAME) still runs.
 run_alive() {
 	local pid=${1#"$PREFIX"}
 	pid=${pid#"$PREFIX2"}
@@ -66,10 +63,8 @@ run_alive() {
 		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'soft-roce\.sh'
 }
 
-# sweep_leftovers: an rxe_demo or rxe_dem2 device or interface whose run
-# has ended (killed with SIGKILL, or a machine that lost power) is no
-# device of this machine: say so and, as root, remove it.  Another run's
-# that still runs is left alone (try_existing skips it).
+# sweep_leftovers: say so of each rxe_demo or rxe_dem2 device or interface
+# whose run has ended (SIGKILL, lost power) and, as root, remove it.
 sweep_leftovers() {
 	local name
 	for name in $( (rdma link show 2>/dev/null | awk '{ sub("/.*", "", $2); print $2 }'
@@ -118,9 +113,8 @@ try_existing() {
 	return 1
 }
 
-# own_address: an address of 198.18.0.0/15 that this machine neither has
-# nor routes anywhere but by its default route, so that taking it hides
-# nothing.
+# own_address: a 198.18.0.0/15 address this machine neither has nor routes
+# but by its default route, so that taking it hides nothing.
 own_address() {
 	local i a
 	for i in $(seq 1 254); do
@@ -133,8 +127,7 @@ own_address() {
 	return 1
 }
 
-# load MODULE: modprobe it, and remember to remove it at the end if it was
-# not loaded before.
+# load MODULE: modprobe it, to be removed at the end if it was not loaded.
 load() {
 	local err
 	[ -d "/sys/module/$1" ] && return 0
@@ -144,8 +137,7 @@ load() {
 	return 0
 }
 
-# remove_own NAME...: the rdma link and the interface of each NAME, where
-# they exist.
+# remove_own NAME...: the rdma link and the interface of each NAME, if any.
 remove_own() {
 	local name
 	for name; do
@@ -159,10 +151,9 @@ remove_own() {
 }
 
 # The EXIT trap: what this run made, then the modules it loaded, but none
-# that another run may still use.  Removing a module takes every device of
-# its kind with it, in use or not: dummy's exit unregisters its link type,
-# which deletes every dummy interface (drivers/net/dummy.c), and rdma_rxe's
-# unregisters every rxe device (drivers/infiniband/sw/rxe/rxe.c).
+# that another run may still use: removing a module takes every device of
+# its kind with it, in use or not (drivers/net/dummy.c deletes every dummy
+# interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).
 cleanup() {
 	local m
 	remove_own "$OWN" "$OWN2"
@@ -185,8 +176,7 @@ cleanup() {
 	done
 }
 
-# on_signal SIG: stop CMD's session and remove what this run made
-# (stop_on_signals).
+# on_signal SIG: stop CMD's session and remove what this run made.
 # shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
 	# shellcheck disable=SC2016 # the quotes are words of the message
@@ -216,14 +206,12 @@ try_own() {
 		err=''
 	fi
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
-	# A second device, for tests of a server that serves every device.
 	[ "${SOFT_ROCE_DEVICES:-1}" != 2 ] || names+=("$OWN2")
 	# Two runs at once must not take one address: choosing it and putting
 	# it on this run's interface is done by one run at a time.
 	locks=$(lock_dir 2>&1) || { why_not=$locks; return 1; }
 	exec {lock}>"$locks/rdma-pool-doorbell-soft-roce.lock"
 	flock "$lock"
-	# An interface of its own for each device, with an address of its own.
 	for name in "${names[@]}"; do
 		if ! addr=$(own_address); then
 			err="no free address in 198.18.0.0/24"
@@ -238,9 +226,7 @@ try_own() {
 		addrs+=("$addr")
 	done
 	addr=${addrs[0]:-}
-	# A second address on the first, for tests that need two peers'
-	# addresses, and an IPv6 one (a unique local address named after the
-	# first; none where IPv6 is off), for tests of IPv6.
+	# RDMA_ADDR2, and RDMA_ADDR6 where IPv6 is on, go on $OWN.
 	if [ -z "$err" ] && addr2=$(own_address); then
 		err=$(ip addr add "$addr2/32" dev "$OWN" 2>&1) || true
 		err=${err:+"$OWN, a dummy interface on $addr: $err"}
@@ -298,9 +284,7 @@ vm_possible() {
 	fi
 }
 
-# Step 4.  Inside the VM this script runs again (SOFT_ROCE_IN_VM) and makes
-# a device of its own (two with SOFT_ROCE_DEVICES=2), as on any machine
-# whose kernel has rdma_rxe.
+# Step 4: this script runs again in the VM, SOFT_ROCE_DEVICES passed on.
 run_in_vm() {
 	VM_PASS_ENV="${VM_PASS_ENV:-} SOFT_ROCE_DEVICES" \
 		exec "$here/vm-run.sh" "$here/soft-roce.sh" "$@"
@@ -357,18 +341,16 @@ main() {
 	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV${RDMA_DEV2:+ RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2 RDMA_DEV2=$RDMA_DEV2})"
 	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV
 	[ -z "${RDMA_DEV2:-}" ] || export RDMA_DEV2 RDMA_ADDR_DEV2
-	# Not exec: the EXIT trap may have a device to remove afterwards. CMD
+	# Not exec: the EXIT trap may have a device to remove afterwards.  CMD
 	# in the background, so that a signal's trap runs at once (bash runs
-	# it only once the command in the foreground ends); its stdin is ours,
-	# not the /dev/null that bash gives background commands by default.
-	# Not being a process group leader here, setsid makes no new process:
-	# $! is the new session's ID.
+	# it only once the foreground command ends), with our stdin, not the
+	# /dev/null bash gives background commands.  Not being a process group
+	# leader here, setsid does not fork: $! is the new session's ID.
 	# shellcheck disable=SC2034 # read by on_signal, which a trap calls
 	cmd_name=$1
 	setsid "$@" <&0 &
 	cmd_sid=$!
 	wait "$cmd_sid" || status=$?
-	# What CMD left running (a server it forgot) goes too.
 	stop_session "$cmd_sid"
 	exit "$status"
 }

@@ -107,8 +107,7 @@ install_line() {
 }
 
 # ldd cannot tell: it exits 0 on a static-pie program (measured on Debian
-# 12: gcc -static-pie).  A program needs a loader if and only if one of its
-# program headers is PT_INTERP (3), which names it (elf(5)).
+# 12: gcc -static-pie).  PT_INTERP, which names the loader, is 3 (elf(5)).
 static_elf() {
 	local f=$1 phoff size num i
 	[ -r "$f" ] || return 1
@@ -143,9 +142,8 @@ lock_dir() {
 	fi
 }
 
-# Two runs at once (two make bench, each in a VM of its own, writing to one
-# clone) each write into their own folder; the last to finish is what
-# FINAL holds.
+# Two runs at once (two make bench, each in its own VM, on one clone) each
+# write into their own folder; FINAL holds the last to finish.
 run_dir() {
 	local dir
 	mkdir -p "$(dirname "$1")" &&
@@ -162,10 +160,9 @@ publish_dir() {
 	mv -T "$1" "$2" && rm -rf "$1.old"
 }
 
-# On SIGINT (Ctrl-C), SIGTERM or SIGHUP (the terminal closed), FN SIG runs
-# at once: it stops what this script started and removes what it made.
-# Then the script ends by that signal, its EXIT trap undone, so that the
-# shell or make that started it stops too rather than going on.  At once
+# stop_on_signals FN: on SIGINT, SIGTERM or SIGHUP, FN SIG runs at once,
+# then the script ends by that signal, its EXIT trap undone, so that the
+# shell or make that started it stops too.  At once
 # only while the script waits ("wait") for a command in the background:
 # bash holds a trap until the command in the foreground ends.  Meanwhile
 # more signals are ignored, SIGPIPE too: a closed terminal (EIO) or a pipe
@@ -191,9 +188,8 @@ session_pids() {
 	return 0
 }
 
-# stop_session SID [SECONDS]: SIGTERM to every process in it, and SIGKILL
-# to those still there SECONDS (5) later.  By session, not by process
-# group: timeout(1) moves itself and its command into a group of their own.
+# stop_session SID [SECONDS]: by session, not by process group: timeout(1)
+# moves itself and its command into a group of their own.
 stop_session() {
 	stop_all "${2:-5}" session_pids "$1"
 }

@@ -40,9 +40,7 @@ fi
 # plugs into, so that every packet really leaves this kernel: rxe0 on the
 # first cable, rxe1 on the second.  Each NIC is the one with the MAC qemu
 # was given; vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per
-# cable, comma separated, and clients connect to the server's address on
-# the first (RDMA_ADDR, or RDMA_ADDR6 over IPv6; RDMA_ADDRS has every
-# cable's IPv4 address).
+# cable, comma separated.
 rxe_on_cables() {
 	local i=1 mac addr nic d
 	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
@@ -115,9 +113,8 @@ echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 
 # A VM alone is a machine like any other whose kernel has rdma_rxe: the job
 # brings Soft-RoCE up itself (scripts/soft-roce.sh), and SOFT_ROCE_IN_VM
-# stops it from looking for a VM inside this one.  A VM of a pair gets its
-# device here, on the cable.  Either way this is no container, even if the
-# host's files (/.dockerenv) say that the host is one.
+# stops it from looking for a VM inside this one.  This is no container,
+# even if the host's files (/.dockerenv) say that the host is one.
 RDMA_ENV="SOFT_ROCE_IN_VM=1 container="
 on_host ip link set lo up
 [ -z "${vm_nic_macs:-}" ] || rxe_on_cables

@@ -41,8 +41,7 @@ main() {
 			"this system, set VM_KERNEL to a kernel in /boot instead"
 	fi
 	[[ $suite =~ ^[a-z-]+$ ]] || die "bad suite '$suite'"
-	# depmod indexes the kernel's modules (kmod, which a bare system may
-	# lack): deps.sh installs it as root, or names the package.
+	# A bare system may lack kmod: deps.sh installs it as root, or names it.
 	command -v depmod >/dev/null || "$(dirname "$0")/deps.sh" run >&2 ||
 		die "depmod (kmod) is needed to index the kernel's modules"
 	apt=$KERNEL_CACHE/apt-$suite

@@ -1,13 +1,11 @@
 # shellcheck shell=bash
 # vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM that
 # stands in for a machine whose kernel has rdma_rxe) and vm-pair.sh (two VMs
-# on one virtual cable).
-#
-# A VM boots a kernel that has rdma_rxe under qemu and sees this machine's
-# root file system read-only over 9p, so every program installed here is
-# there too. The repository is shared writable at the same path: what the
-# guest writes into it (builds, logs, results) is still here after the VM is
-# gone.
+# on one virtual cable). A VM boots a kernel that has rdma_rxe under qemu
+# and sees this machine's root file system read-only over 9p, so every
+# program installed here is there too. The repository is shared writable at
+# the same path: what the guest writes into it is still here after the VM
+# is gone.
 #
 # Which kernel: VM_KERNEL=VERSION if set (a kernel in /boot, or one that
 # scripts/vm-kernel.sh fetched into the cache), else the kernels in /boot,
@@ -18,7 +16,6 @@
 # shellcheck source=scripts/system-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/system-lib.sh"
 
-# The name this script's messages start with: the caller's.
 vm_prog=${vm_prog:-vm-run}
 # modprobe and depmod live in /sbin, which a user's PATH may lack.
 PATH=$PATH:/usr/sbin:/sbin
@@ -35,9 +32,8 @@ DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 KVM_PROBE_SECONDS=15
 
 # What the initramfs loads to reach the host's files: virtio PCI, then 9p
-# over it.  Each kernel's own dependency data says which modules that takes
-# and in which order (modprobe --show-depends); the guest loads everything
-# else (rdma_rxe...) with the host's own modprobe.
+# over it.  The guest loads everything else (rdma_rxe...) with the host's
+# own modprobe.
 INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p)
 
 # PID 1 of the VM, run by busybox sh: scripts/vm-init.sh.
@@ -52,10 +48,9 @@ say() {
 	echo "$vm_prog: $*" >&2
 }
 
-# kernel_root VERSION: where that kernel's files are, as a directory holding
-# boot/vmlinuz-VERSION and lib/modules/VERSION: its folder in the cache,
-# fetched for the VMs, else / for one installed in /boot (the same version
-# may be both: Debian 12 with bookworm-backports' kernel installed, whose
+# kernel_root VERSION: the directory holding boot/vmlinuz-VERSION and
+# lib/modules/VERSION: its folder in the cache, else / (the same version may
+# be both: Debian 12 with bookworm-backports' kernel installed, whose
 # modules may lack what the VM needs).  Fails if neither has it.
 kernel_root() {
 	local root
@@ -178,11 +173,10 @@ check_prereqs() {
 			"scripts/deps.sh vm installs them"
 	fi
 	find_kernel || kernel_for_vms
-	# A kernel from the cache has its modules shown in the guest at
-	# /lib/modules, over the host's own folder, which the guest cannot
-	# make (the host's root is read-only to it). A machine with no kernel
-	# installed (a container) has none: make the empty folder that every
-	# installed kernel has.
+	# A kernel from the cache has its modules shown in the guest over the
+	# host's /lib/modules, which the guest cannot make (the host's root is
+	# read-only to it). A machine with no kernel installed (a container)
+	# has none: make it.
 	if [ "$vm_root" != / ] && [ ! -d /lib/modules ]; then
 		mkdir /lib/modules 2>/dev/null ||
 			die "this machine has no /lib/modules, which the VM's" \
@@ -254,8 +248,7 @@ qemu_cmd() {
 
 # KVM runs a guest many times faster than TCG, where it works; on some
 # machines /dev/kvm is there but a guest hangs under it.  So a probe guest
-# decides: it boots under KVM and says so at once.  The answer is kept for
-# this boot of this machine (build/vm/accel-*).
+# decides, once per boot of this machine (build/vm/accel-*).
 choose_accel() {
 	local boot_id cache out
 	if [ -n "${VM_ACCEL:-}" ]; then
@@ -358,7 +351,6 @@ boot_vm() {
 
 	qemu_cmd "$vm_accel" "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
 		"$append" "$mem" "$cpus"
-	# --foreground lets Ctrl-C reach qemu.
 	timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" \
 		-serial file:/dev/stdout -serial file:/dev/stderr \
 		-virtfs "local,path=/,mount_tag=hostroot,readonly=on,$share" \
@@ -376,9 +368,8 @@ stop_qemu() {
 	[[ $comm != qemu* ]] || kill "$pid" 2>/dev/null || true
 }
 
-# on_signal SIG: the caller's cleanup (its EXIT trap: stop the VMs, remove
-# their files), at once (stop_on_signals; the caller waits for qemu in the
-# background).
+# on_signal SIG: the caller's cleanup (its EXIT trap), at once
+# (stop_on_signals; the caller waits for qemu in the background).
 on_signal() {
 	echo "$vm_prog: SIG$1: stopping the VM" >&2 || exec 2>/dev/null
 	cleanup

@@ -6,13 +6,11 @@
 # The machines are two throw-away VMs like vm-run.sh's (a kernel with
 # rdma_rxe under qemu, this machine's files over 9p, the repository
 # writable), each with one virtual NIC and Soft-RoCE (rxe0) on it. The cable
-# between the NICs is a socket of this host: the VMs reach each other and
-# nothing else, and this host only carries their frames from one qemu to
-# the other. (VM_CABLE may ask for a second cable, with a second NIC and
-# rxe1 in each VM, to test another kind of cable in the same boot.)
-# Unlike the single VM, where rxe hands packets from one QP to the other
-# inside one kernel, here every RoCE packet leaves one kernel as an
-# Ethernet frame and enters the other.
+# between the NICs is a socket of this host, which only carries frames from
+# one qemu to the other: the VMs reach each other and nothing else, and
+# every RoCE packet leaves one kernel as an Ethernet frame and enters the
+# other. (VM_CABLE may ask for a second cable, with a second NIC and rxe1 in
+# each VM, to test another kind of cable in the same boot.)
 #
 # Why VMs even on a host whose kernel has rdma_rxe: two rxe devices in one
 # kernel still loop their traffic back internally, and rxe only learned
@@ -64,9 +62,8 @@ label() {
 # run_vm ROLE JOB HOST NETDEV...: boot one VM of the pair, HOST 1 (the
 # server) or 2 (the client), with a NIC on each cable NETDEV defines
 # (cable N is netdev "cableN"), and record qemu's exit status in JOB/qemu.
-# Cable N's addresses are 198.18.N.HOST, of RFC 2544's benchmarking range,
-# and only ever inside the VMs; its MACs are locally administered ones, of
-# qemu's own prefix.
+# The addresses are of RFC 2544's benchmarking range, and only ever inside
+# the VMs; the MACs are locally administered ones, of qemu's own prefix.
 run_vm() {
 	local role=$1 job=$2 host=$3 n=0 net args=() macs='' addrs='' servers=''
 	local status=0 mac
@@ -134,8 +131,7 @@ cable_plan() {
 }
 
 # wait_for_cables PID: true once the server VM's qemu listens on every
-# cable; false if that qemu (background job PID) ended first or 30 s went
-# by.
+# cable; false if that qemu (background job PID) ended first, or after 30 s.
 wait_for_cables() {
 	local end=$((SECONDS + 30)) up
 	while ((SECONDS < end)); do
@@ -222,8 +218,6 @@ main() {
 	run_vm client "$client" 2 "${client_nets[@]}" &
 	client_pid=$!
 
-	# Normally the client's job finishes first, and the server's right
-	# after it; either way, the first to end starts the grace period.
 	wait -n "$server_pid" "$client_pid" || true
 	grace "$server_pid" "$server"
 	grace "$client_pid" "$client"

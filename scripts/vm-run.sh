@@ -49,13 +49,12 @@ main() {
 	job=$(mktemp -d "$vmdir/job.XXXXXX")
 	write_job "$@" >"$job/job.sh"
 
-	# qemu's stdout carries CMD's stdout, its stderr the guest's console
-	# (CMD's stderr, guest errors). "2>&1 >&3" swaps them so that the
-	# stderr also passes through a strip_cr before reaching our stderr.
-	# In the background, so that a signal stops the VM at once.  A guest
-	# that stops before CMD starts has run nothing of it: it boots once
-	# more.  (Seen here: "Oops: int3" 1.4 s into a boot of 6.12 under TCG,
-	# in the kernel's own code patching, now and then.)
+	# qemu's stdout carries CMD's stdout, its stderr the guest's console:
+	# "2>&1 >&3" swaps them so that the stderr also passes through
+	# strip_cr.  In the background, so that a signal stops the VM at once.
+	# A guest that stops before CMD starts has run nothing of it: it boots
+	# once more (seen: "Oops: int3" in the kernel's own code patching, on
+	# 6.12 under TCG).
 	for try in 1 2; do
 		status=0
 		( { boot_vm "$job" 2048 2 -pidfile "$job/qemu.pid" 2>&1 >&3 3>&- |

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # wire-session.sh DIR: one side of the sessions planned in DIR/plan, run in
 # both VMs of scripts/vm-pair.sh (make wire, tests/wire.sh). WIRE_ROLE says
-# which side this is; RDMA_ADDR and RDMA_ADDR6 are the server VM's
-# addresses.
+# which side this is; RDMA_ADDR and RDMA_ADDR6: the server VM's addresses.
 #
 # DIR/plan has one session per line, run one after the other so that each
 # session's packets are together on the cable:
@@ -66,7 +65,6 @@ await() {
 	give_up "no '$1' from the other VM within $2 s"
 }
 
-# The plan's lines, checked before anything starts.
 read_plan() {
 	local name server port size writes every family extra
 	[ -s "$dir/plan" ] || give_up "no sessions in $dir/plan"

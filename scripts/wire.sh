@@ -66,9 +66,8 @@ parse_options() {
 		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 }
 
-# What the programs printed, and what the trace shows of it: the lines
-# that tie the two together, from the session's records
-# (wire-trace.sh --raw).
+# tie RAW: the lines that tie what the programs printed to what the trace
+# shows of it, from the session's records (wire-trace.sh --raw).
 tie() {
 	local raw=$1 granted
 	granted=$(grep '^granted ' "$out/session/client.out")
@@ -102,10 +101,9 @@ tie() {
 		}' <<<"$raw" | fold -s -w 78
 }
 
-# on_signal SIG: the VMs stopped (vm-pair.sh's own handler does it: a
-# command in the background has SIGINT ignored, hence SIGTERM), and this
-# run's folder removed: nothing half-written is published
-# (stop_on_signals).
+# on_signal SIG (stop_on_signals): the VMs stopped by vm-pair.sh's own
+# handler, on SIGTERM (a command in the background has SIGINT ignored), and
+# this run's folder removed: nothing half-written is published.
 # shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
 	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 ||

@@ -37,12 +37,10 @@ test_client_modes() {
 
 # A window deeper than the slice: with -w 4 -k 512 up to 2048 writes are
 # in flight over 1024 slots, so the client can lap its slice and overwrite
-# a doorbell's slot before the server reads it. That takes a server that
-# lags behind its NIC, so the test makes one: it stops the server
-# (SIGSTOP) for a second while the client streams; the NIC goes on taking
-# writes and doorbells meanwhile. The server must then say "lapped" for
-# the overwritten slots, never "MISMATCH", and the client finishes
-# normally.
+# a doorbell's slot before the server reads it. SIGSTOP for a second makes
+# the server lag behind its NIC, which goes on taking writes and
+# doorbells. The server must then say "lapped" for the overwritten slots,
+# never "MISMATCH".
 test_lapping() {
 	local t=$1/lapping port=$2 status=0 addr rkey grant qp counts pid
 	run_client lap "$port" "$RDMA_ADDR" 4096 -n 200000 -k 512 -w 4 --quiet &
@@ -110,10 +108,9 @@ is_png() {
 }
 
 # scale_row_missing RESULTS: the first row of the smoke run's scaling table
-# (each server as it starts by default, with 1 and 4 clients at once) that
-# RESULTS lacks, or
-# has with a number that is not positive; nothing if all are there.  The
-# last column, RNR NAKs, may be 0 (or - where rxe has no counter).
+# that RESULTS lacks, or has with a number that is not positive; nothing if
+# all are there. The last column, RNR NAKs, may be 0 (or - where rxe has
+# no counter).
 scale_row_missing() {
 	local server n pos='[0-9.]*[1-9][0-9.]*'
 	for server in rdma_pool_server rdma_srq_pool_server_ev; do
@@ -125,10 +122,8 @@ scale_row_missing() {
 }
 
 # latency_row_missing RESULTS: the first row of the smoke run's round-trip
-# table (perftest's, then the client against the tick loop and against the
-# event-driven server with busy-poll budget 0 and with its default) that
-# RESULTS lacks, or has without a positive median and p99 or an idle CPU
-# figure; nothing if all are there.
+# table that RESULTS lacks, or has without a positive median and p99 or an
+# idle CPU figure; nothing if all are there.
 latency_row_missing() {
 	local what pos='[0-9.]*[1-9][0-9.]*'
 	{
@@ -143,18 +138,16 @@ latency_row_missing() {
 	} | head -n 1
 }
 
-# A smoke run of make bench (scripts/bench.sh --smoke): a few hundred
-# writes at K = 16 through every measurement, and up to 4 clients at once
-# against each server, so that the benchmark cannot rot. bench.sh itself
-# fails if any doorbell came out of order or wrong; here every number it
-# reports must be there and positive, and both plots must be PNGs.
-# Measured in the VM on 6.1: 145 s before the headline's six rounds, 195 s
-# with them, and 1048 s with two more VMs beside it; the timeouts only stop
-# a hang (the second run's counts its wait for the first).
-# Two run at once, into one folder: one waits for the other (one bench at a
-# time on a machine), both pass, and the folder is one run's, whole. In
-# the second, perftest's first server ends at once, as a peer's hiccup
-# would: the pair is started again, and the run goes on.
+# A smoke run of make bench (scripts/bench.sh --smoke), so that the
+# benchmark cannot rot: a few hundred writes at K = 16 through every
+# measurement, and up to 4 clients at once against each server. bench.sh
+# itself fails if any doorbell came out of order or wrong; here every
+# number it reports must be there and positive. Two run at once, into one
+# folder: one waits for the other (one bench at a time on a machine), both
+# pass, and the folder is one run's, whole. In the second, perftest's first
+# server ends at once, as a peer's hiccup would: the pair is started again.
+# The timeouts only stop a hang (measured in the VM on 6.1: 195 s, 1048 s with
+# two more VMs beside it); the second run's counts its wait for the first.
 test_bench_smoke() {
 	local t=bench_smoke dir=$work/bench status=0 status2=0 why='' missing idle pid
 	mkdir -p "$work/flaky"
@@ -219,11 +212,10 @@ test_bench_smoke() {
 	fi
 }
 
-# grants_disjoint FILE: no slice is lent again while the QP that held it
-# could still complete anything, a write the NIC was already placing among
-# it. Walking the server's lines in order, each grant must not overlap any
-# slice granted before it whose QP has no destroy line yet (a disconnect
-# line is not enough: the QP is then only in the error state).
+# grants_disjoint FILE: no grant overlaps a slice whose QP has no destroy
+# line yet, as that QP could still complete a write the NIC was already
+# placing among it (a disconnect line is not enough: the QP is then only
+# in the error state).
 grants_disjoint() {
 	local -A lo=() hi=()
 	local kind qp addr size q grants=0

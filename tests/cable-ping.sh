@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # cable-ping.sh: three rpings from the client VM of scripts/vm-pair.sh to
-# the server VM, across the last of its cables (tests/wire.sh gives the
-# VMs a second cable, of qemu's socket netdev, and runs this after the
-# sessions of the first).  The client retries until the server VM's rping
-# listens; it prints "rping: 3 pings over ADDRESS" on success.
+# the server VM, across the last of its cables (in tests/wire.sh, the
+# second, of qemu's socket netdev).  The client retries until the server
+# VM's rping listens; it prints "rping: 3 pings over ADDRESS" on success.
 set -euo pipefail
 
 : "${RDMA_ADDRS:?run this through scripts/vm-pair.sh, which sets RDMA_ADDRS}"

@@ -6,9 +6,8 @@
 # What was measured (Linux 6.1, rxe), and is asserted here:
 #   - rnr_retry crosses over: the REQ's rnr_retry_count (rdma_connect) is
 #     put on the passive side's QP, the REP's (rdma_accept) on the active
-#     side's.  So the client's value says how often the *server's* NIC
-#     retries "receiver not ready", and the server's value how often the
-#     client's NIC does.
+#     side's.  So each side's value says how often the *other* side's NIC
+#     retries "receiver not ready".
 #   - retry_cnt (transport retries) comes from the REQ alone and is put on
 #     both QPs; rdma_accept()'s retry_count is not used at all.
 #   - the ACK timeout set on the active cm_id (RDMA_OPTION_ID_ACK_TIMEOUT)
@@ -57,9 +56,7 @@ test_cm_send_case() {
 
 # Two sets of four different counts, the second the mirror of the first,
 # so that no value can land in the right place by chance.  Then the
-# consequence, as the client meets it: the client asks for "forever", the
-# server for 0, and the client's SEND into an empty receive queue fails;
-# the other way round, it waits until a receive is there.
+# consequence (the last point above), as the client meets it.
 test_cm_retry() {
 	test_cm_probe_case 5 4 3 2 12
 	test_cm_probe_case 2 3 4 5 12

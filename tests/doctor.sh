@@ -1,8 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # make doctor (scripts/doctor.sh) on the real device: it passes where the
-# programs work, and where something is missing it says which check failed
-# and how to fix it.  Sourced by e2e.sh after lib.sh; run once, not per
-# server.
+# programs work, and where something is missing names the failed check and
+# its fix.  Sourced by e2e.sh after lib.sh; run once, not per server.
 
 doctor=$top/scripts/doctor.sh
 # The checks, in the order doctor.sh runs them.
@@ -59,10 +58,9 @@ test_doctor_passes() {
 	fi
 }
 
-# No device: the sysfs lists of devices and the device nodes hidden by empty
-# directories mounted over them, in a private mount namespace (the real
-# device is untouched).  The module is still loaded, so the fix is to add a
-# link; what needs a device is skipped.
+# No device: the sysfs device lists and device nodes hidden by empty mounts,
+# in a private mount namespace.  The module is still loaded, so the fix is
+# to add a link; what needs a device is skipped.
 test_doctor_no_device() {
 	local t=doctor/no_device status=0 out=$work/nodev.out
 	needs_root "$t" "hide the device in a mount namespace" || return 0
@@ -88,11 +86,10 @@ test_doctor_no_device() {
 	fi
 }
 
-# memlock_server KIB: the event-driven server (it pins the most: the
-# pool, receive and reply buffers) as nobody with ulimit -l KIB, and one
-# client against it.  Returns the client's exit status, or 200 if the
-# server never listened.  The server makes its verbs objects, and registers
-# its memory, only when the first client comes.
+# memlock_server KIB: the event-driven server (it pins the most: the pool,
+# receive and reply buffers) as nobody with ulimit -l KIB, and one client,
+# since it registers its memory only when the first client comes.  Returns
+# the client's exit status, or 200 if the server never listened.
 memlock_server() {
 	local kib=$1
 	rm -f "$work"/*.out "$work"/*.err
@@ -112,7 +109,6 @@ test_doctor_memlock_too_low() {
 	local want="^FAIL memlock: ulimit -l is $kib KiB but the server pins ([0-9]+) KiB \\(its 4 MiB pool and buffers\\): ibv_reg_mr would fail with ENOMEM\$"
 	needs_root "$t" "run as another user (setpriv)" || return 0
 	as_user "$kib"
-	# As nobody, from the copy any user can read.
 	doctor=$open_top/scripts/doctor.sh doctor_run lowdoc "${nobody_cmd[@]}" || status=$?
 	line=$(grep '^FAIL memlock: ' "$work/lowdoc.out" || true)
 	if [ "$status" != 1 ]; then

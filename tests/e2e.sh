@@ -5,15 +5,14 @@
 # machine or in a VM) and sets RDMA_ADDR to the address clients connect to
 # (with SOFT_ROCE_DEVICES=2, also RDMA_DEV2 and RDMA_ADDR_DEV2: a second
 # device, for test_two_devices).
-# First the machine itself (make doctor, and where rdma_cm puts each side's
-# retry counts), once; then every test runs against each of the two
-# servers. Reports in TAP (tests/report-lib.sh), without the plan: it is
-# a part of the e2e stage, whose plan tests/host-mode.sh gives.
+# First the machine itself, once (make doctor, and where rdma_cm puts each
+# side's retry counts); then every test against each of the two servers.
+# Reports in TAP (tests/report-lib.sh), without the plan: it is part of the
+# e2e stage, whose plan tests/host-mode.sh gives.
 set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
-# The device's name: the harness says; else the rxe device on RDMA_ADDR's
-# interface.
+# The device: RDMA_DEV if set, else the rxe device on RDMA_ADDR's interface.
 if [ -z "${RDMA_DEV:-}" ]; then
 	for dev in /sys/class/infiniband/*; do
 		if [ -r "$dev/parent" ] &&

@@ -23,9 +23,8 @@ if [ -z "$(active_ports)" ] && [ "$(rxe_module)" = none ] && [ "$(id -u)" = 0 ];
 fi
 if [ -z "$(active_ports)" ] && [ "$(rxe_module)" = none ]; then
 	echo "# in a VM: no RDMA device here, and this kernel ($(uname -r)) has no rdma_rxe module"
-	# The stage took 25 minutes in an emulated (TCG) VM beside other VMs,
-	# and the sanitizers slow it further: an hour at most, not vm-run.sh's
-	# default half hour.
+	# The stage took 25 minutes under TCG beside other VMs, more with the
+	# sanitizers: an hour at most, not vm-run.sh's default half hour.
 	exec env VM_PASS_ENV="SANITIZE CI" VM_TIMEOUT="${VM_TIMEOUT:-3600}" \
 		"$top/scripts/vm-run.sh" "$top/tests/host-mode.sh"
 fi
@@ -49,9 +48,8 @@ stop_on_signals on_signal
 
 # machine_state [devices|modules]: what the harness may create, and must
 # remove again: its rdma links and interfaces (rxe_demo<PID>, rxe_dem2<PID>,
-# rxe_chrn<PID>), save those of a run beside this stage (another make test
-# or make demo: its PID runs, and not below this one), and the modules it
-# loads.
+# rxe_chrn<PID>), save another run's (its PID runs, and not below this
+# one), and the modules it loads.
 machine_state() {
 	local kind name mine
 	mine=" $$ $(descendants $$ | paste -sd' ') "
@@ -123,9 +121,7 @@ block() {
 		on && /^  [a-z_]+ / { print; next } on && /^[^ ]/ { on = 0 }' "$1"
 }
 
-# What the demo shows of the kernel is what the programs said: both QPs in
-# RTS, each the other's peer, with the numbers the two printed; the pool MR
-# with the grant's rkey and the pool's length; nothing of theirs at the end.
+# What the demo shows of the kernel is what the programs said.
 test_demo_kernel_view() {
 	local log=$1 cqp sqp rkey pool rows why=''
 	cqp=$(sed -n 's/^connect server=.* qp=\(0x[0-9a-f]*\)$/\1/p' "$log")
@@ -151,9 +147,8 @@ test_demo_kernel_view() {
 	fi
 }
 
-# The end-to-end tests through soft-roce.sh, with a second device of its
-# own (SOFT_ROCE_DEVICES=2) for the tests of a server on two devices; their
-# lines come out as they run.
+# The end-to-end tests, with a second device (SOFT_ROCE_DEVICES=2) for the
+# tests of a server on two devices; their lines come out as they run.
 test_e2e() {
 	local before status=0 log=$work/e2e.log
 	before=$(machine_state)
@@ -221,11 +216,10 @@ test_interrupt() {
 		reader=$!
 		err=$dir/stderr
 	fi
-	# A process group of its own, as a job of a terminal's shell has (job
-	# control, set -m: without it bash starts a background command with
-	# SIGINT ignored, and a script cannot trap what it inherits ignored),
-	# and the signal's default action (under nohup, make test would
-	# inherit SIGHUP ignored).
+	# A process group of its own, as a terminal's job has (set -m: without
+	# it bash starts background commands with SIGINT ignored, and a script
+	# cannot trap what it inherits ignored), and the signal's default
+	# action (under nohup, make test would inherit SIGHUP ignored).
 	set -m
 	env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
 		"$dir" "$top" >"$dir/log" 2>"$err" &
@@ -263,8 +257,7 @@ test_interrupt() {
 }
 
 # Two make demo at once, as two people on one machine would: each makes
-# its own device and takes its own server port, and both show the
-# README's session.
+# its own device and server port, and both show the README's session.
 test_two_demos() {
 	local before after i status pids=() why=''
 	before=$(machine_state devices)
@@ -311,8 +304,6 @@ test_demo_beside_churn() {
 	# Down: a device on it is no ACTIVE port a run could take for its own.
 	ip link add "$dev" type dummy
 	when_finished "ip link delete $dev"
-	# A device a tenth of a second, then none as long: five comings and
-	# goings a second, each of which may fail a walk of the devices.
 	# shellcheck disable=SC2016 # expanded by sh
 	sh -c 'while :; do
 		rdma link add "$1" type rxe netdev "$1"
@@ -337,9 +328,8 @@ test_demo_beside_churn() {
 	modules_restore
 }
 
-# Two runs that overlap, the first to start ending first: it loaded the
-# modules, and must leave the second's device, interface and programs
-# working (removing the dummy module would delete every dummy interface).
+# Two runs that overlap: the first, which loaded the modules, ends first
+# and must leave the second's device, interface and programs working.
 test_overlapping_runs() {
 	local t=overlapping_runs dir=$work/overlap before first second why=''
 	mkdir "$dir"

@@ -49,8 +49,6 @@ test_handshake_deadline() {
 		{ fail "$t" "server did not start"; return; }
 	port=$server_port
 	hostile_peer nortu "$port" --no-rtu sleep:30000
-	# Without the deadline, the connection would end only when the CM
-	# gave up resending its reply, with no such line.
 	if await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20; then
 		pass "$t/closed_in_time"
 	else
@@ -64,8 +62,7 @@ test_handshake_deadline() {
 
 # A client whose RTU is lost already works on its side: it asks for a
 # slice and rings. Its first message must establish the connection (the
-# server tells its CM, rdma_notify), not leave it to the handshake
-# deadline. ctrl_peer --no-rtu never sends the RTU at all.
+# server tells its CM, rdma_notify), not leave it to the handshake deadline.
 test_lost_rtu() {
 	local s=$1 t=$1/lost_rtu grant qp
 	start_server "$s" --handshake-timeout-ms 1500 ||
@@ -94,8 +91,7 @@ test_lost_rtu() {
 	server_end "$t"
 }
 
-# second_address T: whether the device has a second address to connect
-# from (RDMA_ADDR2: a device this run made has one); else T is skipped.
+# second_address T: whether the device has a second address; else skips T.
 second_address() {
 	[ -n "${RDMA_ADDR2:-}" ] && return 0
 	skip "$1" "no second address on $RDMA_DEV to connect from (RDMA_ADDR2: a device this run made has one)"
@@ -318,8 +314,7 @@ test_device_limits() {
 
 # server_into_fifo PROGRAM READER [--stderr-too] [OPTIONS...]: the
 # server's stdout (and stderr) into a FIFO that the shell command READER
-# reads (its stdin); waits until the server listens, as start_server does.
-# READER writes what it read to $work/server.out.
+# reads, its output in $work/server.out; waits until the server listens.
 server_into_fifo() {
 	local program=$1 reader=$2 err
 	shift 2

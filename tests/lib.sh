@@ -1,7 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # e2e.sh sets top and work; it uses the names this sets
-# What the end-to-end tests share: reporting, starting and stopping servers,
-# running clients, and reading what both sides printed. Sourced by e2e.sh,
-# which sets top, work (a scratch directory) and RDMA_ADDR.
+# What the end-to-end tests share.  Sourced by e2e.sh, which sets top, work
+# (a scratch directory) and RDMA_ADDR.
 
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
@@ -14,9 +13,8 @@ server_pid=
 server_port=
 server_pool=
 
-# After a failed test's line (tests/report-lib.sh), what the programs
-# said, as TAP comments, for whoever reads the log: the server first, since
-# a log shown in part keeps its head.
+# After a failed test's line (tests/report-lib.sh), what the programs said,
+# as TAP comments: the server first, since a log shown in part keeps its head.
 on_fail() {
 	local f shown=''
 	for f in "$work"/server*.out "$work"/server*.err "$work"/*.out "$work"/*.err; do
@@ -34,8 +32,8 @@ needs_root() {
 	return 1
 }
 
-# test_lib: the helpers above see what a long server log holds: a line
-# found early, with much after it, is found (no test of the programs).
+# test_lib: the helpers see what a long server log holds: a line found
+# early, with much after it, is found (no test of the programs).
 test_lib() {
 	local grant='grant qp=0x460 addr=0x1000 rkey=0x3b4 size=8192' saved_pid=$server_pid
 	{
@@ -71,10 +69,9 @@ open_copy() {
 	chmod -R a+rX "$open_top"
 }
 
-# start_server PROGRAM [OPTIONS...]: run it in the background, logging to
-# $work/server.out and .err, and wait until it listens; server_port is then
-# its port.  The CM picks the port (--port 0), from the kernel's local port
-# range: two runs at once never meet, nor meet a fixed port below it.
+# start_server PROGRAM [OPTIONS...]: start it and wait until it listens, on
+# server_port.  The CM picks the port (--port 0), from the kernel's local
+# port range: two runs at once never meet, nor meet a fixed port below it.
 start_server() {
 	local program=$1
 	shift
@@ -110,9 +107,8 @@ doorbell_seqs() {
 }
 
 # session ANCHOR: the server's lines about one connection, from the last
-# line equal to ANCHOR (a grant or deny line, which names the qp) up to the
-# connection's disconnect line. Waits up to 10 s for that line to come.
-# QP numbers are reused once a connection is gone, hence "the last".
+# line equal to ANCHOR (a grant or deny line, which names the qp; the last,
+# as QP numbers are reused) up to its disconnect line; waits up to 10 s.
 session() {
 	local qp from i lines
 	qp=$(echo "$1" | cut -d' ' -f2)
@@ -135,8 +131,7 @@ session() {
 }
 
 # check_session CLIENT_NAME N K GRANTED: everything one successful client
-# run must show on both sides. Prints the reason and fails if anything is
-# missing.
+# run must show on both sides, or it prints what is missing and fails.
 check_session() {
 	local name=$1 n=$2 k=$3 granted=$4
 	local out=$work/$name.out sout=$work/server.out
@@ -184,19 +179,17 @@ check_session() {
 	slice_back "$grant" "$granted"
 }
 
-# slice_back GRANT BYTES: after the server's line GRANT (a grant or deny
-# line, which names the qp), the line that destroys that QP gives BYTES
-# back to the pool.  Waits up to 10 s for it: a QP is destroyed only once
-# it is quiet, up to 2 s after its disconnect where the device never
-# raises LAST_WQE_REACHED.
+# slice_back GRANT BYTES: after the server's line GRANT, the line that
+# destroys that QP gives BYTES back to the pool.  Waits up to 10 s for it: a
+# QP is destroyed only once it is quiet, up to 2 s after its disconnect
+# where the device never raises LAST_WQE_REACHED.
 slice_back() {
 	local qp from i
 	qp=$(echo "$1" | cut -d' ' -f2)
 	for ((i = 0; i < 100; i++)); do
 		from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1)
-		# Not grep -q: it quits at the match, tail dies of SIGPIPE
-		# if more follows, and pipefail fails the test (as it did, now
-		# and then, after the 32 clients of the load test).
+		# Not grep -q: as in session, a reader that quits early fails
+		# the test (seen after the load test's 32 clients).
 		if [ -n "$from" ] && tail -n "+$from" "$work/server.out" |
 			grep -E "^destroy $qp after_ms=[0-9]+ ended_by=(last_wqe|timer) freed=$2\$" >/dev/null; then
 			return 0
@@ -210,10 +203,9 @@ slice_back() {
 	return 1
 }
 
-# stats_whole LINE: true if a stats (or shutdown) line says that nothing is
-# in use and nothing was lost: no connection open or closing, no chunk,
-# every receive back on the SRQ and, in the event-driven server, every
-# reply buffer free.
+# stats_whole LINE: true if a stats (or shutdown) line says nothing is in
+# use and nothing was lost: no connection open or closing, no chunk, every
+# receive back on the SRQ and (event-driven server) every reply buffer free.
 stats_whole() {
 	local re='^[a-z]+.* connections=0 chunks_in_use=0 doorbells=[0-9]+ closing=0 recvs_posted=([0-9]+)/([0-9]+)'
 	[[ $1 =~ $re ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || return 1

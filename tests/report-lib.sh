@@ -13,9 +13,7 @@
 # in tests/plan.txt) and report_prefix (its tests are PREFIXNAME) before
 # sourcing this; a name the plan lacks, or reported twice, fails by name.
 # One that defines on_fail has it run after each failure (to show what the
-# programs said).  signal_job stops a job a test started, as a terminal or
-# kill would, once wait_until has seen it get where it should;
-# when_finished names what a test must undo.
+# programs said).
 failed=0
 report_prefix=${report_prefix:-}
 report_stage=${report_stage:-}
@@ -112,9 +110,8 @@ wait_until() {
 }
 
 # when_finished CMD: CMD (a line of shell) undoes what the test just made;
-# finish runs the test's CMDs, the last first, once it ends, and a test
-# script's signal handler runs them when it is stopped midway (git's
-# test_when_finished).
+# finish runs the test's CMDs, the last first, once it ends or from a
+# signal handler when it is stopped midway (git's test_when_finished).
 finish_cmds=''
 when_finished() {
 	finish_cmds="$1; $finish_cmds"

@@ -8,12 +8,11 @@
 # VMs joined by one cable, with every packet checked (tests/wire.sh).
 #
 # Each stage reports in TAP (tests/report-lib.sh), and `prove --exec ''
-# STAGE...` runs any of them alone.  Here Perl's TAP::Harness, on which
-# prove is built, runs them all and checks each against its plan; the last
-# line is "N passed, N failed", where a test a plan names that never
-# reported (its stage stopped early) is failed, and so is a stage that
-# exited non-zero with no test failed.  The Soft-RoCE tests are never
-# skipped.
+# STAGE...` runs any of them alone.  Here Perl's TAP::Harness runs them
+# all and checks each against its plan.  The last line is
+# "N passed, N failed": a test a plan names that never reported (its
+# stage stopped early) is failed, and so is a stage that exited non-zero
+# with no test failed.  The Soft-RoCE tests are never skipped.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,8 +21,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 harness=''
 
 # on_signal SIG: every process of the run gets SIGTERM, which its scripts
-# turn into stopping their VMs and removing their devices (30 s for that
-# at most).
+# turn into stopping their VMs and removing their devices (30 s at most).
 on_signal() {
 	echo "run: SIG$1: stopping the stage that runs" >&2 || exec 2>/dev/null
 	[ -z "$harness" ] || stop_session "$harness" 30

@@ -9,10 +9,8 @@
 # Ubuntu, Fedora and RHEL against tests/packaging/, read from their own
 # packaging.  A kernel fetch for the VMs (scripts/vm-kernel.sh) that fails
 # half way must leave nothing behind, and where /boot has no kernel with
-# rdma_rxe the VM must boot one fetched for it, installing nothing.
-#
-# Reports in TAP (tests/report-lib.sh); a test this user cannot run says
-# SKIP and why.
+# rdma_rxe the VM must boot one fetched for it, installing nothing.  Reports
+# in TAP (tests/report-lib.sh); a test this user cannot run says SKIP.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -95,7 +93,6 @@ test_deps() {
 	expect_deps almalinux-9.6 "build run" "deps: $note|deps: $alma, build run: dnf install -y $RH_BUILD_RUN"
 }
 
-# A system deps.sh does not know: the needs, by purpose, and a failure.
 test_unknown_system() {
 	local t=deps/unknown_system status=0 out=$work/unknown.out
 	OS_RELEASE=$fixtures/arch "$deps" --dry-run build run >"$out" 2>&1 || status=$?
@@ -110,8 +107,6 @@ test_unknown_system() {
 	fi
 }
 
-# As an ordinary user, deps.sh installs nothing: it prints one command to
-# paste, with sudo, and fails.
 # build/ left by a make as root: a user's make names it and whose it is,
 # at once.
 test_root_build() {
@@ -136,6 +131,8 @@ test_root_build() {
 	fi
 }
 
+# As an ordinary user, deps.sh installs nothing: it prints one command to
+# paste, with sudo, and fails.
 test_not_root() {
 	local t=deps/not_root status=0 out=$work/user.out as_user=()
 	local open=$fixtures deps=$deps
@@ -236,13 +233,11 @@ test_doctor_container_memlock() {
 	fi
 }
 
-# A development package missing: make names it rather than failing to
-# link.  pkg-config is pointed at an empty directory, so it finds neither
-# library, as on a machine without libibverbs-dev and librdmacm-dev.
+# A development package missing (pkg-config finds neither library in an
+# empty directory): make names it rather than failing to link.
 test_make_names_the_package() {
 	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc
 	local want
-	# This system's names for the two (Debian's: libibverbs-dev ...).
 	want=$(
 		# shellcheck source=scripts/system-lib.sh
 		. "$top/scripts/system-lib.sh"
@@ -261,9 +256,8 @@ test_make_names_the_package() {
 	fi
 }
 
-# A clone whose path has a space: make split it (make bench handed
-# bench.sh two arguments, once a VM was up). make refuses it at once,
-# naming it, whatever the target.
+# A clone's path with a space, which make split (make bench handed bench.sh
+# two arguments): make refuses it at once, naming it, whatever the target.
 test_space_in_path() {
 	local t=make/space_in_path dir="$work/with space" status=0 out=$work/space.out
 	mkdir -p "$dir"
@@ -280,8 +274,7 @@ test_space_in_path() {
 
 # make test and make test SANITIZE=1 at once in one checkout: the second
 # must not relink the programs under the first, but wait for it.  In a copy
-# of the checkout, built as this one is, each make's tests/run.sh is a
-# stand-in that keeps the flags and the client it started with for 8 s.
+# of the checkout, built as this one is, with a stand-in tests/run.sh.
 # (Neither make takes this make's variables, which it passes down.)
 test_other_flags_wait() {
 	local t=make/other_flags_wait d=$work/flags-co first status=0 why=''
@@ -311,11 +304,10 @@ EOF
 	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
 }
 
-# No network (a network namespace of its own), as on a fresh machine: the
-# archive's lists never fetched and nothing installed (empty ones, in a
-# mount namespace), so deps.sh build has two packages to install, and the
-# VMs' kernel has no list to come from.  Each says in one line that the
-# archive cannot be reached, and what to do.
+# No network, as on a fresh machine: the archive's lists never fetched and
+# nothing installed (empty ones), so deps.sh build has two packages to
+# install, and the VMs' kernel has no list to come from.  Each says in one
+# line that the archive cannot be reached, and what to do.
 test_no_network() {
 	local out=$work/nonet.out status=0 got
 	if [ "$(id -u)" != 0 ] || [ ! -d /var/lib/dpkg ] || ! command -v apt-get >/dev/null; then
@@ -358,10 +350,9 @@ test_space_in_kernel_cache() {
 	fi
 }
 
-# vm-run.sh stopped (SIGTERM to its group) while it packs the VM's
-# initramfs, here with a cpio that takes its time, and a new image to make
-# (the kernel's folder reached through a link): its half-made folder in
-# build/vm goes with it.
+# vm-run.sh stopped while it packs the VM's initramfs, with a new image to
+# make (the kernel's folder reached through a link): its half-made folder
+# in build/vm goes with it.
 test_vm_stopped_while_packing() {
 	local t=vm/stopped_while_packing bin=$work/slow-cpio cache ver run left
 	cache=$(bash -c '. "$1/scripts/vm-lib.sh" && echo "$KERNEL_CACHE"' _ "$top")
@@ -415,8 +406,7 @@ test_static_probe() {
 # (a command, a pkg-config module, a file), whether the package TABLE names
 # for this system brings that file: it has it, or it depends on a package
 # that has it (gcc on gcc-12, which has cc).  Prints "checked N" and a line
-# per need where that is not so.  Asks dpkg and apt, for the packages
-# installed here; a need not installed here is not asked.
+# per need where that is not so.
 table_meaning() (
 	# shellcheck source=scripts/system-lib.sh
 	. "$top/scripts/system-lib.sh"
@@ -483,10 +473,9 @@ test_table_meaning() {
 }
 
 # probe_finds PROBE PATH: true if the table's PROBE looks for a file such
-# as PATH (a path a package ships).  The special probes look for the file
-# that brings what they test: rdma_rxe its module, vm-kernel a kernel
-# image, static-busybox busybox (statically linked, as the packaging
-# file's comment says), libfuzzer clang's fuzzing runtime.
+# as PATH (a path a package ships).  A special probe looks for the file
+# that brings what it tests (static-busybox: busybox, statically linked,
+# as the packaging file's comment says).
 probe_finds() {
 	local glob
 	case $1 in
@@ -509,11 +498,9 @@ probe_finds() {
 
 # packaging_meaning TABLE SYSTEM PACKAGING: for each need of TABLE, whether
 # the packages it names for SYSTEM (tests/os-release/SYSTEM) ship a file
-# its probe looks for, by PACKAGING: what that system's packages ship
-# ("PACKAGE PATH" lines), and what none of them does ("! PATH"), each as
-# the system's own packaging says (the source is on each line).  Prints a
-# line per need where the table and PACKAGING differ ("!" is a package
-# name here, for none).
+# its probe looks for, as PACKAGING says ("PACKAGE PATH" lines, and
+# "! PATH" where no package does).  Prints a line per need where the
+# table and PACKAGING differ ("!" is a package name here, for none).
 packaging_meaning() (
 	# shellcheck source=scripts/system-lib.sh
 	. "$top/scripts/system-lib.sh"
@@ -567,10 +554,9 @@ test_packaging() {
 	fi
 }
 
-# A kernel fetch for the VMs that fails half way (here the package will not
-# unpack; apt-get and apt-cache are stood in for, so nothing is
-# downloaded) says what failed, exits non-zero and leaves no staging
-# folder in the VMs' kernel cache.
+# A kernel fetch for the VMs that fails half way (a package that will not
+# unpack, from a stand-in apt-get and apt-cache, so nothing is downloaded)
+# says what failed, exits non-zero and leaves no staging folder behind.
 test_vm_kernel_failed_fetch() {
 	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt
 	local cache=$work/kernels status=0 left
@@ -592,13 +578,6 @@ test_vm_kernel_failed_fetch() {
 	fi
 }
 
-# A machine whose kernel has no rdma_rxe, as Debian's cloud kernel: the VM
-# boots a kernel fetched for it alone, and nothing is installed (a kernel
-# package would change what this machine boots next).  /boot and
-# /lib/modules are hidden behind one kernel whose modules lack rdma_rxe,
-# in a mount namespace of the test's own (root only); apt-get is stood in
-# for by one that refuses to install and passes everything else on
-# (scripts/vm-kernel.sh's update and download).
 # Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
 # whose update takes 2 s and notes if another runs) never runs in both.
 test_vm_kernel_two_at_once() {
@@ -625,6 +604,9 @@ touch "%s/busy"; sleep 2; rm -f "%s/busy"
 	fi
 }
 
+# A machine whose kernel has no rdma_rxe, as Debian's cloud kernel: the VM
+# boots a kernel fetched for it alone, and nothing is installed (a kernel
+# package would change what this machine boots next).
 test_vm_kernel_no_rxe_in_boot() {
 	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing ver fetched
 	if [ "$(id -u)" != 0 ]; then
@@ -649,7 +631,9 @@ test_vm_kernel_no_rxe_in_boot() {
 }
 
 # no_rxe_in_boot T VERSION: vm-run.sh uname -r, with kernel VERSION alone
-# in /boot, its modules without rdma_rxe.
+# in /boot, its modules without rdma_rxe, in a mount namespace of its own
+# (root only).  apt-get is stood in for by one that refuses to install and
+# passes everything else on (scripts/vm-kernel.sh's update and download).
 no_rxe_in_boot() {
 	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got
 	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
@@ -689,8 +673,7 @@ no_rxe_in_boot() {
 # run.sh (make test) stopped by SIGTERM, SIGHUP (to it alone: make passes
 # SIGTERM to its child only) or Ctrl-C (SIGINT to its process group) while
 # a stage runs: within seconds it ends by that signal, and so has every
-# process of the stage.  The stage here is a copy of run.sh's first, the
-# unit tests, which starts a sleep and waits.
+# process of the stage (here the unit tests, a stand-in that sleeps).
 test_run_signal() {
 	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run status=0 why=''
 	mkdir -p "$d/tests" "$d/scripts"

@@ -3,23 +3,21 @@
 # and rdma_srq_pool_server_ev.c (events) differ only where their designs
 # differ, so that `diff` between them is a lesson: events against a tick,
 # and one more, the event-driven server's registered reply buffers against
-# the polling server's inline replies.  This keeps it true: a
-# function that both define must be the same, word for word (its comment
-# above it may differ), unless it is in DESIGNED below with the reason; and
-# the functions they share come in the same order in both files.
+# the polling server's inline replies.  This keeps it true: a function that
+# both define must be the same, word for word (its comment above it may
+# differ), unless DESIGNED below gives the reason; and the functions they
+# share come in the same order in both files.
 #
 #   tests/twins.sh [TICK_FILE EV_FILE]
 #
 # Reports in TAP (tests/report-lib.sh); exits non-zero if any check
-# failed.  With the real files it also checks itself: a copy of the
-# event-driven server with one changed line in a shared function must fail.
+# failed.  With the real files it also checks itself (at the end).
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tick=${1:-$top/rdma_pool_server.c}
 ev=${2:-$top/rdma_srq_pool_server_ev.c}
 
-# The designed differences: function, and why it differs.
 declare -A DESIGNED=(
 	[cq_open]="the event-driven CQ has a completion channel and is armed"
 	[verbs_open]="the event-driven server also registers its reply buffers"
@@ -37,11 +35,10 @@ report_prefix=twins/ report_stage=twins
 . "$top/tests/report-lib.sh"
 [ "$#" != 0 ] || report_plan
 
-# functions FILE DIR: each function definition of FILE (from the line that
-# names it to its closing brace at column 0) into DIR/NAME, and the names in
-# file order into DIR/.order.  A definition is a line at column 0 that names
-# a function and is followed, before any line ending in ';', by a '{' at
-# column 0 (so multi-line prototypes are skipped).
+# functions FILE DIR: each function definition of FILE into DIR/NAME, the
+# names in file order into DIR/.order.  A definition runs from a line at
+# column 0 naming a function to a '}' at column 0, with a '{' at column 0
+# before any line ending in ';' (so multi-line prototypes are skipped).
 functions() {
 	mkdir -p "$2"
 	awk -v dir="$2" '

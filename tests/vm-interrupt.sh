@@ -5,10 +5,8 @@
 # terminal sends it) or by SIGTERM or SIGHUP to the script alone.  Within
 # seconds every qemu must be gone, and the VMs' folders, and the script
 # must end by that signal (so that the make or shell that started it stops
-# too); wire.sh must publish nothing.  A Ctrl-C while vm-run.sh's KVM
-# probe runs must stop the probe too.  Runs on this machine, where the VMs
-# would.
-# Reports in TAP (tests/report-lib.sh).
+# too); wire.sh must publish nothing.  Runs on this machine, where the VMs
+# would; reports in TAP (tests/report-lib.sh).
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,7 +47,7 @@ vm_below() {
 }
 
 # qemus JOB: the qemus of the VMs in folder JOB (or JOB/server and
-# JOB/client), and their timeout(1).  The path is matched as it is, not as a pattern.
+# JOB/client), and their timeout(1); JOB is matched as is, not as a pattern.
 qemus() {
 	pgrep -af qemu-system | awk -v j="vm_job=$1" '{ for (i = 2; i <= NF; i++)
 		if ($i == j || index($i, j "/") == 1) { print $1; next } }'
@@ -80,9 +78,8 @@ test_vm_interrupt() {
 	env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>"$err" &
 	run=$!
 	set +m
-	# Until a VM of its own runs (not another run's): its folder, from the
-	# look that found it (a second look missed it once, here: "the VM did
-	# not start" at once, while wire.sh's VMs ran).
+	# Until its own VM runs (not another run's): its folder, from the look
+	# that found it (a second look missed it once, beside wire.sh's VMs).
 	wait_until "$run" 60 vm_below "$run" >"$log.job" || true
 	job=$(cat "$log.job")
 	if [ -z "$job" ]; then

@@ -4,13 +4,10 @@
 # the cable's capture (scripts/wire-check.sh).
 #
 # One pair of boots runs every session, one after the other: each server
-# once. For each: the same end-to-end checks as on one device
-# (tests/lib.sh's check_session: grant, every doorbell ok, the summaries, a
-# clean disconnect, SIGINT), then the wire: every packet of the session as
-# the protocol says. Last, the checker
-# itself must catch a capture that differs and name the packet. The same
-# boots carry a second cable, of qemu's older socket netdev, which one
-# rping crosses once the sessions are over.
+# once. For each: the end-to-end checks of one device (tests/lib.sh's
+# check_session, and SIGINT), then every packet of the session on the wire.
+# Last, the checker itself must catch a capture that differs and name the
+# packet, and one rping crosses the boots' second cable.
 #
 # Runs on this machine (make test's "wire" stage), not in a VM: it boots
 # the two VMs itself. Reports in TAP (tests/report-lib.sh).
@@ -96,12 +93,10 @@ first_packet() {
 		2>/dev/null | head -n 1
 }
 
-# The checker must be able to fail, and name the first packet that
-# differs, found here by tshark's own filters. Given a copy of the capture
-# where the payload of the ev session's second write says 99, it must stop
-# at that write. Told that the ev session rang every 5 writes (it rang
-# every 4), at the 4th write; told that the poll session was granted
-# another key (the ev session's server's pool key), at the RESP_ALLOC.
+# The checker must fail and name the first packet that differs, as found
+# by tshark's own filters: in a corrupted copy of the capture; told that the
+# ev session rang every 5 writes (it rang every 4); told that the poll
+# session was granted another key (the ev session's server's pool key).
 test_checker_fails() {
 	local t=wire/checker_names_first_difference addr rkey va pool at=''
 	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
@@ -130,11 +125,10 @@ test_checker_fails() {
 	fi
 }
 
-# test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to
-# ADDR + 4 with RKEY) changed in a copy of the capture. Found by its bytes:
-# the RETH (va, r_key, length 4) right before the payload 2, searched in a
-# hex dump (grep cannot match bytes across a newline byte, 0x0a, which an
-# address may hold), at whole bytes only; each match's offset on a line.
+# test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to ADDR + 4
+# with RKEY) changed in a copy of the capture. Found by its RETH (va, r_key,
+# length 4) right before the payload 2, at whole bytes of a hex dump: grep
+# cannot match across a newline byte (0x0a), which an address may hold.
 test_corrupted_capture() {
 	local t=$1 addr=${2:-0} rkey=${3:-0} copy=$dir/corrupted.pcap va at hex off
 	va=$(printf '0x%x' $((addr + 4)))
@@ -165,9 +159,7 @@ main() {
 		end_run
 	fi
 	echo "$PLAN" >"$dir/plan"
-	# The sessions cross the first cable, the one recorded, of the kind
-	# make wire takes; then one rping crosses a second, of qemu's older
-	# socket netdev (the only one of qemu 6.2, Ubuntu 22.04's).
+	# The first cable, the one recorded, is of the kind make wire takes.
 	# shellcheck disable=SC2016 # expanded by bash in the VMs
 	VM_CABLE="auto socket" VM_TIMEOUT=${WIRE_VM_TIMEOUT:-300} \
 		"$top/scripts/vm-pair.sh" --pcap "$pcap" bash -c '"$1" "$2" && exec "$3"' \
@@ -193,9 +185,8 @@ main() {
 }
 
 # The IPv6 session in the trace: the client asks for the server's MAC by
-# neighbour discovery (IPv6's ARP; from its link-local address), and its
-# CM ConnectRequest and all that follows go from its IPv6 address to the
-# server's, RoCE v2 over IPv6.
+# neighbour discovery (IPv6's ARP, from its link-local address), and its CM
+# ConnectRequest goes over RoCE v2 from its IPv6 address to the server's.
 test_ipv6_trace() {
 	local t=wire/ipv6/trace raw server=fd52:444d:4200::1 client=fd52:444d:4200::2
 	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap" 2>&1) || true
@@ -248,7 +239,6 @@ test_socket_cable() {
 	fi
 }
 
-# The summary; on failure the capture and every program's output stay.
 end_run() {
 	if report_end; then
 		rm -rf "$dir"
