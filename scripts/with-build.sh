@@ -5,7 +5,10 @@
 # the same flags share the programs (a shared flock on build/lock); one of
 # other flags takes the lock whole to rebuild, waiting for the others to
 # end first, and says so.  Runs in a recipe: make passes its variables
-# (SANITIZE=1) on to the makes here in MAKEFLAGS.
+# (SANITIZE=1) on to the makes here in MAKEFLAGS.  Inside a VM, build/ is
+# the host's over qemu's 9p, which takes a flock for the VM's processes
+# alone (measured: a host's lock does not stop one in the VM): there, the
+# make on the host that started the VM holds the lock that counts.
 set -euo pipefail
 
 mkdir -p build
