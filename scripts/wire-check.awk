@@ -57,15 +57,20 @@ function check(i, d,   j, n, kv, k, want, got) {
 				wire(r[i, 5], substr(kv[k], 1, index(kv[k], "=") - 1)) \
 				" is " (got == "" ? "missing" : got) ", want " want)
 	}
+	next_psn(i, d, ename[d, j])
+}
+# next_psn(I, D, NAME): packet I, NAME, must carry side D's next PSN.
+function next_psn(i, d, name) {
 	if (last_psn[d] == "" && r[i, 7] != first_psn[d])
-		fail(where(i) ": " ename[d, j] ": PSN " r[i, 7] ", want " \
+		fail(where(i) ": " name ": PSN " r[i, 7] ", want " \
 			first_psn[d] " (the Starting PSN of the CM " \
 			(d == "c" ? "ConnectReply" : "ConnectRequest") ")")
 	if (last_psn[d] != "" && r[i, 7] != (last_psn[d] + 1) % 16777216)
-		fail(where(i) ": " ename[d, j] ": PSN " r[i, 7] ", want " \
+		fail(where(i) ": " name ": PSN " r[i, 7] ", want " \
 			(last_psn[d] + 1) % 16777216 " (one more than the packet before)")
 	last_psn[d] = r[i, 7]
 	last_frame[d] = r[i, 1]
+	last_name[d] = name
 }
 BEGIN { FS = "\t" }
 {
@@ -142,6 +147,14 @@ END {
 		if (cm != "dreq")
 			fail(where(i) ": a " kindname(kind) " after the CM" \
 				" disconnected")
+		# The server's keepalive probe, an RDMA WRITE of no bytes, comes
+		# every --keepalive-ms of the connection's life (README.md).
+		if (d == "s" && kind == "write" && get(r[i, 9], "len") == 0) {
+			next_psn(i, d, "a keepalive probe")
+			probes++
+			end = i
+			continue
+		}
 		check(i, d)
 		end = i
 	}
@@ -155,14 +168,14 @@ END {
 		fail("after packet " r[end, 1] ": want a CM " cm \
 			", but the session ends")
 	if (!(("c", last_psn["s"]) in acked))
-		fail("packet " last_frame["s"] ": the RESP_ALLOC was never acknowledged")
+		fail("packet " last_frame["s"] ": " last_name["s"] " was never acknowledged")
 	if (!(("s", last_psn["c"]) in acked))
-		fail("packet " last_frame["c"] ": " ename["c", m["c"]] \
-			" was never acknowledged")
+		fail("packet " last_frame["c"] ": " last_name["c"] " was never acknowledged")
 	printf "wire-check: packets %d-%d are client QP %s to server QP %s," \
 		" port %d: REQ_ALLOC size=%d, RESP_ALLOC size=%d addr=%s rkey=%s," \
 		" %d RDMA WRITEs with r_key %s, %d with ImmDt = seq, each in its" \
-		" slot; all acknowledged; disconnected\n", r[start, 1], r[end, 1],
+		" slot%s; all acknowledged; disconnected\n", r[start, 1], r[end, 1],
 		client_qp, server_qp, port, size, granted, hex(num(addr)), hex(num(rkey)),
-		writes, hex(num(rkey)), int(writes / every) + (writes % every != 0)
+		writes, hex(num(rkey)), int(writes / every) + (writes % every != 0),
+		probes ? "; " probes " keepalive probe(s) from the server" : ""
 }

@@ -3,6 +3,7 @@
 # of the protocol went over the wire exactly as README.md's "The
 # protocol" says, packet by packet. Prints one line saying what it found,
 # or fails naming the first packet that differs from what it should be.
+# PCAP - reads the packets as wire-trace.sh --raw prints them, on stdin.
 #
 # The session is the one whose CM ConnectRequest comes from client_qp to
 # port (the last such in the capture), up to the next ConnectRequest. In
@@ -13,10 +14,11 @@
 #     (slots = granted / 4), r_key = rkey, 4 bytes holding i big-endian;
 #     every every-th write and the last are WRITEs with immediate, ImmDt = i;
 #   server -> client: one SEND of a RESP_ALLOC, status 0, granted bytes at
-#     addr, with rkey;
+#     addr, with rkey; and anywhere, a keepalive probe (an RDMA WRITE of no
+#     bytes) every --keepalive-ms of the connection's life;
 #   on each side, PSNs from the Starting PSN the CM exchanged, one more per
 #     packet;
-#   the RESP_ALLOC and the last write acknowledged, no NAK;
+#   each side's last packet acknowledged, no NAK;
 #   a CM DisconnectRequest and DisconnectReply after the last write.
 #
 # Expectations (KEY=VALUE, all needed): port client_qp server_qp size
@@ -112,7 +114,11 @@ main() {
 	done
 
 	# Decoded first, so that a capture tshark cannot read stops here.
-	lines=$("$here/wire-trace.sh" --raw "$pcap")
+	if [ "$pcap" = - ]; then
+		lines=$(cat)
+	else
+		lines=$("$here/wire-trace.sh" --raw "$pcap")
+	fi
 	awk "${vars[@]}" -f "$here/wire-lib.awk" -f "$here/wire-check.awk" \
 		<<<"$lines"
 }

@@ -114,9 +114,12 @@ test_checker_fails() {
 
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
 	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$dir/ev/server.out")
-	# The RESP_ALLOC: the SEND whose ctrl_msg holds that rkey at offset 24.
+	# The RESP_ALLOC that carries that rkey, as the decoder reads it (awk
+	# reads to the end: a reader that quits early fails under pipefail).
 	at=''
-	[ -n "$rkey" ] && at=$(first_packet "infiniband.bth.opcode == 4 && data.data[24:4] == $(printf %08x "$rkey" | sed 's/../&:/g; s/:$//')")
+	[ -n "$rkey" ] && at=$("$top/scripts/wire-trace.sh" --raw "$pcap" | awk -F'\t' -v k="$rkey" \
+		'!at && $9 ~ "^msg=RESP_ALLOC " && (" " $9 " ") ~ (" rkey=" k " ") { at = $1 "\t" $7 }
+		END { if (at) print at }')
 	if [ -z "$at" ] || [ -z "$pool" ]; then
 		fail "$t/pool_rkey" "tshark finds no RESP_ALLOC with rkey ${rkey:-?} or the ev session's server printed no pool rkey"
 	else
@@ -180,6 +183,7 @@ main() {
 	test_ipv6_trace
 	test_decoder_layout
 	test_checker_fails
+	test_checker_probe
 	test_socket_cable
 	end_run
 }
@@ -202,6 +206,60 @@ test_ipv6_trace() {
 	else
 		pass "$t/connect_request"
 	fi
+}
+
+# A keepalive probe, the server's RDMA WRITE of no bytes every
+# --keepalive-ms, is part of a session (a client stalled 10 s in CI met
+# one). The poll session with one put before its disconnect, and
+# acknowledged, passes the checker; with 4 bytes, it is named.
+test_checker_probe() {
+	local t=wire/checker_takes_a_keepalive_probe raw at got status=0 probes
+	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap")
+	at=$(with_probe where)
+	# The probes the session had already (a slow run may have some).
+	probes=$("$top/scripts/wire-check.sh" - --outputs "$dir/poll" size=4096 \
+		writes=1100 every=100 <<<"$raw" 2>&1 | sed -n 's/.*; \([0-9]*\) keepalive probe.*/\1/p')
+	got=$(with_probe 0 | "$top/scripts/wire-check.sh" - --outputs "$dir/poll" \
+		size=4096 writes=1100 every=100 2>&1) || status=$?
+	if [ -z "$at" ]; then
+		fail "$t" "no RESP_ALLOC of the poll session in the capture"
+	elif [ "$status" != 0 ] || [[ $got != *"; $((probes + 1)) keepalive probe(s) from the server; "* ]]; then
+		fail "$t" "wire-check.sh exited $status: $got"
+	else
+		pass "$t"
+	fi
+	check_fails "wire/checker_names_first_difference/server_write" - \
+		"wire-check: packet ${at%$'\t'*} (server->client, PSN ${at#*$'\t'}): nothing more should come from the server after the RESP_ALLOC, but this is a RDMA WRITE (no immediate) (va=0x0 rkey=0x0 len=4)" \
+		--outputs "$dir/poll" size=4096 writes=1100 every=100 < <(with_probe 4)
+}
+
+# with_probe LEN|where: the capture's records (raw), with a server's RDMA
+# WRITE of LEN bytes, and its ACK, just before the poll session's CM
+# DisconnectRequest (named as that packet, with the server's next PSN);
+# "where": that frame and PSN.
+with_probe() {
+	local rkey
+	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
+	awk -F'\t' -v OFS='\t' -v k="$rkey" -v len="$1" '
+		{ line[NR] = $0 }
+		!s && $9 ~ "^msg=RESP_ALLOC " && (" " $9 " ") ~ (" rkey=" k " ") {
+			s = $3; c = $4; q = $8; psn = $7
+		}
+		s && !at && $5 != "ack" && $5 !~ /^cm-/ && $3 == s && $8 == q { psn = $7 }
+		s && !at && $5 == "ack" && $3 == c && $4 == s { sq = $8 }
+		s && !at && $5 == "cm-dreq" { at = NR; f = $1; n = (psn + 1) % 16777216 }
+		END {
+			if (!at) exit 1
+			if (len == "where") { print f "\t" n; exit }
+			for (i = 1; i <= NR; i++) {
+				if (i == at) {
+					split(line[i], d, "\t")
+					print f, d[2], s, c, "write", 10, n, q, "va=0x0 rkey=0x0 len=" len
+					print f, d[2], c, s, "ack", 17, n, sq, "msn=0 code=31"
+				}
+				print line[i]
+			}
+		}' <<<"$raw"
 }
 
 # The decoder reads the message's layout from common/, as the programs are
