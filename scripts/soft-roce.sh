@@ -60,7 +60,7 @@ run_alive() {
 	local pid=${1#"$PREFIX"}
 	pid=${pid#"$PREFIX2"}
 	[[ $pid =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] &&
-		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'soft-roce\.sh'
+		grep -q 'soft-roce\.sh' "/proc/$pid/cmdline" 2>/dev/null
 }
 
 # sweep_leftovers: say so of each rxe_demo or rxe_dem2 device or interface
@@ -114,13 +114,17 @@ try_existing() {
 }
 
 # own_address: a 198.18.0.0/15 address this machine neither has nor routes
-# but by its default route, so that taking it hides nothing.
+# but by its default route, so that taking it hides nothing.  Each listing
+# is read whole: ip writes it a line at a time, and a reader that quits at
+# the first match (grep -q) makes ip's next write fail, which pipefail turns
+# into "not there" (two make demo at once took one address so).
 own_address() {
-	local i a
+	local i a have
+	have=$(ip -4 -o addr show)
 	for i in $(seq 1 254); do
 		a=198.18.0.$i
-		ip -4 -o addr show | grep -q " $a/" && continue
-		ip -4 route show match "$a" | grep -qv '^default' && continue
+		[[ $have != *" $a/"* ]] || continue
+		[ -z "$(ip -4 route show match "$a" | awk '$1 != "default"')" ] || continue
 		echo "$a"
 		return 0
 	done
@@ -272,14 +276,14 @@ try_host() {
 
 # vm_possible: step 4 may be taken: not inside a VM already, and this
 # kernel cannot do Soft-RoCE itself (where it can, a VM proves nothing a
-# root shell here would not).  Sets why_not.
+# root shell here would not).  Sets why_no_vm.
 vm_possible() {
 	if [ -n "${SOFT_ROCE_IN_VM:-}" ]; then
-		why_not="this is the VM already"
+		why_no_vm="this is the VM already"
 		return 1
 	fi
 	if [ "${SOFT_ROCE_MODE:-auto}" != vm ] && [ "$(rxe_module)" != none ]; then
-		why_not="this kernel has rdma_rxe: as root, $0 makes a device"
+		why_no_vm="this kernel has rdma_rxe"
 		return 1
 	fi
 }
@@ -333,7 +337,7 @@ main() {
 				"root: rdma link add rxe0 type rxe netdev" \
 				"$(suggest_netdev) (then this finds it)"
 		else
-			say "no RDMA device can run here (${why_not:-SOFT_ROCE_MODE=host})"
+			say "no RDMA device can run here: $why_not${why_no_vm:+; no VM: $why_no_vm}"
 		fi
 		exit 1
 	fi

@@ -116,9 +116,9 @@ scale_row_missing() {
 	for server in rdma_pool_server rdma_srq_pool_server_ev; do
 		for n in 1 4; do
 			grep -Eq "^\| $server \| $n( \| $pos){5} \| ([0-9]+|-) \|\$" "$1" ||
-				echo "$server with $n client(s)"
+				{ echo "$server with $n client(s)"; return; }
 		done
-	done | head -n 1
+	done
 }
 
 # latency_row_missing RESULTS: the first row of the smoke run's round-trip
@@ -126,16 +126,14 @@ scale_row_missing() {
 # idle CPU figure; nothing if all are there.
 latency_row_missing() {
 	local what pos='[0-9.]*[1-9][0-9.]*'
-	{
-		grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" ||
-			echo ib_write_lat
-		for what in rdma_pool_server \
-			"rdma_srq_pool_server_ev --busy-poll-us 0" \
-			"rdma_srq_pool_server_ev --busy-poll-us [0-9]+ \(the default\)"; do
-			grep -Eq "^\| rdma_pool_client -k 1 -w 1 against $what \| $pos( \([0-9.]+-[0-9.]+\))? \| $pos \| [0-9]+\.[0-9]+ \|\$" "$1" ||
-				echo "$what"
-		done
-	} | head -n 1
+	grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" ||
+		{ echo ib_write_lat; return; }
+	for what in rdma_pool_server \
+		"rdma_srq_pool_server_ev --busy-poll-us 0" \
+		"rdma_srq_pool_server_ev --busy-poll-us [0-9]+ \(the default\)"; do
+		grep -Eq "^\| rdma_pool_client -k 1 -w 1 against $what \| $pos( \([0-9.]+-[0-9.]+\))? \| $pos \| [0-9]+\.[0-9]+ \|\$" "$1" ||
+			{ echo "$what"; return; }
+	done
 }
 
 # A smoke run of make bench (scripts/bench.sh --smoke), so that the

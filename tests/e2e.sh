@@ -16,7 +16,7 @@ set -euo pipefail
 if [ -z "${RDMA_DEV:-}" ]; then
 	for dev in /sys/class/infiniband/*; do
 		if [ -r "$dev/parent" ] &&
-			ip -4 -o addr show dev "$(cat "$dev/parent")" | grep -q " $RDMA_ADDR/"; then
+			[[ $(ip -4 -o addr show dev "$(cat "$dev/parent")") == *" $RDMA_ADDR/"* ]]; then
 			RDMA_DEV=${dev##*/}
 		fi
 	done

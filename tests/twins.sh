@@ -88,7 +88,7 @@ compare() {
 			differ+=" $name"
 			echo "    $name differs:"
 			{ diff "$out/tick/$name" "$out/ev/$name" || true; } |
-				sed 's/^/      /' | head -n 20
+				sed -n '1,20s/^/      /p'
 		fi
 	done <"$out/tick.shared"
 

@@ -87,10 +87,12 @@ check_fails() {
 }
 
 # first_packet FILTER: "FRAME PSN" of the first packet that tshark's
-# display filter FILTER picks from the capture.
+# display filter FILTER picks from the capture.  (sed reads to the end: a
+# reader that quits early, as head does, makes the writer's next write
+# fail, a failure under pipefail.)
 first_packet() {
 	tshark -r "$pcap" -Y "$1" -T fields -e frame.number -e infiniband.bth.psn \
-		2>/dev/null | head -n 1
+		2>/dev/null | sed -n 1p
 }
 
 # The checker must fail and name the first packet that differs, as found
@@ -114,8 +116,7 @@ test_checker_fails() {
 
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
 	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$dir/ev/server.out")
-	# The RESP_ALLOC that carries that rkey, as the decoder reads it (awk
-	# reads to the end: a reader that quits early fails under pipefail).
+	# The RESP_ALLOC that carries that rkey, as the decoder reads it.
 	at=''
 	[ -n "$rkey" ] && at=$("$top/scripts/wire-trace.sh" --raw "$pcap" | awk -F'\t' -v k="$rkey" \
 		'!at && $9 ~ "^msg=RESP_ALLOC " && (" " $9 " ") ~ (" rkey=" k " ") { at = $1 "\t" $7 }
