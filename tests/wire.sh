@@ -116,11 +116,7 @@ test_checker_fails() {
 
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
 	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$dir/ev/server.out")
-	# The RESP_ALLOC that carries that rkey, as the decoder reads it.
-	at=''
-	[ -n "$rkey" ] && at=$("$top/scripts/wire-trace.sh" --raw "$pcap" | awk -F'\t' -v k="$rkey" \
-		'!at && $9 ~ "^msg=RESP_ALLOC " && (" " $9 " ") ~ (" rkey=" k " ") { at = $1 "\t" $7 }
-		END { if (at) print at }')
+	at=$(with_probe resp || true)
 	if [ -z "$at" ] || [ -z "$pool" ]; then
 		fail "$t/pool_rkey" "tshark finds no RESP_ALLOC with rkey ${rkey:-?} or the ev session's server printed no pool rkey"
 	else
@@ -155,7 +151,7 @@ test_corrupted_capture() {
 }
 
 main() {
-	local status=0 name server size writes every
+	local status=0 name server size writes every raw
 	cd "$top"
 	report_plan
 	if ! command -v tshark >/dev/null; then
@@ -178,6 +174,8 @@ main() {
 			tail -n 3 | tr '\n' ' ')"
 		end_run
 	fi
+	# The capture's records, as the decoder reads them, for the tests below.
+	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap" 2>&1) || true
 	while read -r -u 3 name server _ size writes every family; do
 		test_session "$name" "$server" "$size" "$writes" "$every" "$family"
 	done 3<"$dir/plan"
@@ -193,8 +191,7 @@ main() {
 # neighbour discovery (IPv6's ARP, from its link-local address), and its CM
 # ConnectRequest goes over RoCE v2 from its IPv6 address to the server's.
 test_ipv6_trace() {
-	local t=wire/ipv6/trace raw server=fd52:444d:4200::1 client=fd52:444d:4200::2
-	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap" 2>&1) || true
+	local t=wire/ipv6/trace server=fd52:444d:4200::1 client=fd52:444d:4200::2
 	if ! awk -F'\t' -v s="$server" '$5 == "nd-solicit" &&
 		$9 ~ "^target=" s " mac=" { found = 1 } END { exit !found }' <<<"$raw"; then
 		fail "$t/neighbour_discovery" "no neighbour solicitation for $server: $(grep -c . <<<"$raw") records"
@@ -214,8 +211,7 @@ test_ipv6_trace() {
 # one). The poll session with one put before its disconnect, and
 # acknowledged, passes the checker; with 4 bytes, it is named.
 test_checker_probe() {
-	local t=wire/checker_takes_a_keepalive_probe raw at got status=0 probes
-	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap")
+	local t=wire/checker_takes_a_keepalive_probe at got status=0 probes
 	at=$(with_probe where)
 	# The probes the session had already (a slow run may have some).
 	probes=$("$top/scripts/wire-check.sh" - --outputs "$dir/poll" size=4096 \
@@ -234,22 +230,24 @@ test_checker_probe() {
 		--outputs "$dir/poll" size=4096 writes=1100 every=100 < <(with_probe 4)
 }
 
-# with_probe LEN|where: the capture's records (raw), with a server's RDMA
-# WRITE of LEN bytes, and its ACK, just before the poll session's CM
+# with_probe LEN|where|resp: the capture's records (raw), with a server's
+# RDMA WRITE of LEN bytes, and its ACK, just before the poll session's CM
 # DisconnectRequest (named as that packet, with the server's next PSN);
-# "where": that frame and PSN.
+# "where": that frame and PSN; "resp": those of the poll session's
+# RESP_ALLOC, the one that carries its client's rkey, as the decoder reads it.
 with_probe() {
 	local rkey
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
 	awk -F'\t' -v OFS='\t' -v k="$rkey" -v len="$1" '
 		{ line[NR] = $0 }
 		!s && $9 ~ "^msg=RESP_ALLOC " && (" " $9 " ") ~ (" rkey=" k " ") {
-			s = $3; c = $4; q = $8; psn = $7
+			s = $3; c = $4; q = $8; psn = $7; r = $1 "\t" $7
 		}
 		s && !at && $5 != "ack" && $5 !~ /^cm-/ && $3 == s && $8 == q { psn = $7 }
 		s && !at && $5 == "ack" && $3 == c && $4 == s { sq = $8 }
 		s && !at && $5 == "cm-dreq" { at = NR; f = $1; n = (psn + 1) % 16777216 }
 		END {
+			if (len == "resp") { if (r) print r; exit !r }
 			if (!at) exit 1
 			if (len == "where") { print f "\t" n; exit }
 			for (i = 1; i <= NR; i++) {
@@ -272,7 +270,7 @@ test_decoder_layout() {
 	cp -r "$top/common" "$copy/"
 	cp "$top"/scripts/wire-{trace.sh,lib.awk,decode.awk} "$copy/scripts/"
 	sed -i 's/\(rkey) == \)24/\128/; s/\(status) == \)28/\124/' "$copy/common/common.c"
-	rkey=$("$top/scripts/wire-trace.sh" --raw "$pcap" | grep -m 1 -o 'msg=RESP_ALLOC .* rkey=0x[0-9a-f]* status=0$' || true)
+	rkey=$(grep -m 1 -o 'msg=RESP_ALLOC .* rkey=0x[0-9a-f]* status=0$' <<<"$raw" || true)
 	rkey=${rkey##*rkey=} rkey=${rkey%% *}
 	got=$("$copy/scripts/wire-trace.sh" --raw "$pcap" 2>&1 | grep -m 1 -o 'msg=RESP_ALLOC .*' || true)
 	if [ -z "$rkey" ]; then
