@@ -139,43 +139,27 @@ check_session() {
 
 	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$out")
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$out")
-	if ! grep -qx "granted addr=$addr rkey=$rkey size=$granted" "$out"; then
-		echo "client did not print 'granted ... size=$granted'"
-		return 1
-	fi
+	grep -qx "granted addr=$addr rkey=$rkey size=$granted" "$out" ||
+		{ echo "client did not print 'granted ... size=$granted'"; return 1; }
 	grant=$(grep -x "grant qp=0x[0-9a-f]* addr=$addr rkey=$rkey size=$granted" "$sout" | tail -n 1)
-	if [ -z "$grant" ]; then
-		echo "server printed no grant of $addr rkey=$rkey size=$granted"
-		return 1
-	fi
+	[ -n "$grant" ] || { echo "server printed no grant of $addr rkey=$rkey size=$granted"; return 1; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
 
 	want=$(doorbell_seqs "$n" "$k" | sed 's/.*/doorbell seq=& completed/')
 	got=$(grep '^doorbell ' "$out" || true)
-	if [ "$want" != "$got" ]; then
-		echo "client doorbells differ from the expected $(doorbell_seqs "$n" "$k" | wc -l)"
-		return 1
-	fi
-	if ! grep -qx "done writes=$n doorbells=$(doorbell_seqs "$n" "$k" | wc -l) seconds=[0-9.]* writes_per_s=[0-9]*" "$out"; then
-		echo "client printed no matching 'done' summary"
-		return 1
-	fi
-	if ! grep -qx "rtt doorbells=$(doorbell_seqs "$n" "$k" | wc -l) median_us=[0-9.]* p99_us=[0-9.]* max_us=[0-9.]*" "$out"; then
-		echo "client printed no matching 'rtt' summary"
-		return 1
-	fi
+	[ "$want" = "$got" ] ||
+		{ echo "client doorbells differ from the expected $(doorbell_seqs "$n" "$k" | wc -l)"; return 1; }
+	grep -qx "done writes=$n doorbells=$(doorbell_seqs "$n" "$k" | wc -l) seconds=[0-9.]* writes_per_s=[0-9]*" "$out" ||
+		{ echo "client printed no matching 'done' summary"; return 1; }
+	grep -qx "rtt doorbells=$(doorbell_seqs "$n" "$k" | wc -l) median_us=[0-9.]* p99_us=[0-9.]* max_us=[0-9.]*" "$out" ||
+		{ echo "client printed no matching 'rtt' summary"; return 1; }
 
 	lines=$(session "$grant")
 	want=$(doorbell_seqs "$n" "$k" | sed "s/.*/doorbell $qp seq=& value=& ok/")
 	got=$(echo "$lines" | grep '^doorbell ' || true)
-	if [ "$want" != "$got" ]; then
-		echo "server doorbells for $qp are not exactly seq=value ok for each expected seq"
-		return 1
-	fi
-	if [ "$(echo "$lines" | tail -n 1)" != "disconnect $qp" ]; then
-		echo "server did not see $qp disconnect"
-		return 1
-	fi
+	[ "$want" = "$got" ] ||
+		{ echo "server doorbells for $qp are not exactly seq=value ok for each expected seq"; return 1; }
+	[ "$(echo "$lines" | tail -n 1)" = "disconnect $qp" ] || { echo "server did not see $qp disconnect"; return 1; }
 	slice_back "$grant" "$granted"
 }
 
