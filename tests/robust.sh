@@ -659,27 +659,19 @@ test_addresses() {
 		"$top/$s" --port 0 -a 203.0.113.7
 }
 
-# device_served NAME ADDR WRITES STATUS: the client NAME, through ADDR,
-# exited 0 (STATUS) and its session is whole on both sides; else prints why.
-device_served() {
-	local why
-	if [ "$4" != 0 ]; then
-		echo "through $2: exit $4: $(head -c 300 "$work/$1.err")"
-		return 1
-	fi
-	why=$(check_session "$1" "$3" 10 4096) || { echo "through $2: $why"; return 1; }
-}
-
-# device_clients NAME ADDR...: a client through each ADDR in turn, each
-# served; else prints why.
+# device_clients T NAME ADDR...: a client through each ADDR in turn, each
+# served (exit 0, its session whole on both sides); else T fails saying why.
 device_clients() {
-	local name=$1 addr i=0 status
-	shift
+	local t=$1 name=$2 addr i=0 status why
+	shift 2
 	for addr; do
 		i=$((i + 1)) status=0
 		run_client "$name$i" "$server_port" "$addr" 4096 -n 100 -k 10 || status=$?
-		device_served "$name$i" "$addr" 100 "$status" || return 1
+		[ "$status" = 0 ] ||
+			{ fail "$t" "through $addr: exit $status: $(head -c 300 "$work/$name$i.err")"; return; }
+		why=$(check_session "$name$i" 100 10 4096) || { fail "$t" "through $addr: $why"; return; }
 	done
+	pass "$t"
 }
 
 # device_stats_why BLOCK: the stats lines of one SIGUSR1 are whole for
@@ -718,20 +710,12 @@ expect_device_stats() {
 # clients through both devices: the second's first, one after the other,
 # and at once; then its stats have a line for each device.
 two_devices_case() {
-	local t=$1 s=$2 why p1 p2 s1=0 s2=0 bad
+	local t=$1 s=$2 p1 p2 s1=0 s2=0 bad
 	shift 2
 	start_server "$s" "$@" ||
 		{ fail "$t" "server did not start: $(head -c 300 "$work/server.err")"; return; }
-	if why=$(device_clients first "$RDMA_ADDR_DEV2" "$RDMA_ADDR"); then
-		pass "$t/second_first"
-	else
-		fail "$t/second_first" "$why"
-	fi
-	if why=$(device_clients turn "$RDMA_ADDR" "$RDMA_ADDR_DEV2"); then
-		pass "$t/one_after_other"
-	else
-		fail "$t/one_after_other" "$why"
-	fi
+	device_clients "$t/second_first" first "$RDMA_ADDR_DEV2" "$RDMA_ADDR"
+	device_clients "$t/one_after_other" turn "$RDMA_ADDR" "$RDMA_ADDR_DEV2"
 	# Long enough to overlap, into slices with a slot for every write (a
 	# server slowed by two may read a slot only once its client has
 	# lapped). A QP number is its device's own: the two QPs may have one,
