@@ -49,11 +49,8 @@ test_handshake_deadline() {
 		{ fail "$t" "server did not start"; return; }
 	port=$server_port
 	hostile_peer nortu "$port" --no-rtu sleep:30000
-	if await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20; then
-		pass "$t/closed_in_time"
-	else
-		fail "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s"
-	fi
+	pass_if "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s" \
+		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20
 	run_client after "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	check_bystander "$t/next_client_served" after 100 10 4096 "$status"
 	hostile_end
@@ -75,11 +72,7 @@ test_lost_rtu() {
 		return
 	fi
 	qp=$(echo "$grant" | cut -d' ' -f2)
-	if await_line "$work/server.out" "^connect $qp device=" 5; then
-		pass "$t/established"
-	else
-		fail "$t/established" "no 'connect $qp' line within 5 s"
-	fi
+	pass_if "$t/established" "no 'connect $qp' line within 5 s" await_line "$work/server.out" "^connect $qp device=" 5
 	wait "$hostile_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
 		fail "$t/not_closed" "$(grep "^close $qp " "$work/server.out")"
@@ -151,11 +144,8 @@ test_request_deadline() {
 	hostile_peer asker "$server_port" req:4096 sleep:3000 write:0:1 ring:1
 	local asker=$hostile_pid
 	hostile_peer idle "$server_port" sleep:6000
-	if await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=request_timeout$' 10; then
-		pass "$t/closed_in_time"
-	else
-		fail "$t/closed_in_time" "no 'close ... reason=request_timeout' within 10 s"
-	fi
+	pass_if "$t/closed_in_time" "no 'close ... reason=request_timeout' within 10 s" \
+		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=request_timeout$' 10
 	wait "$asker" || true
 	grant=$(grant_of asker) || true
 	qp=$(echo "$grant" | cut -d' ' -f2)
@@ -193,11 +183,8 @@ test_keepalive() {
 	grant=$(grant_of gone) || { fail "$t" "the vanishing peer got no slice"; return; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
 	await_line "$work/gone.out" '^vanished$' 10 || true
-	if await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8; then
-		pass "$t/vanished_peer_closed"
-	else
-		fail "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s"
-	fi
+	pass_if "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s" \
+		await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8
 	# Its place and slice come back while it still sleeps.
 	expect_stats "$t/vanished_peer_freed"
 	hostile_end
@@ -344,11 +331,7 @@ test_output_stalled() {
 	port=$server_port
 	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
 	run_client stalled "$port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
-	if [ "$status" = 0 ]; then
-		pass "$t/client_served"
-	else
-		fail "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")"
-	fi
+	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	status=0
 	stop_server || status=$?
 	if [ "$status" = 0 ] && grep -Eq '^rdma_[a-z_]+: [0-9]+ lines of output dropped' "$work/server.err"; then
@@ -420,11 +403,7 @@ test_stderr_stalled() {
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
 	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \
 		>"$work/next.out" 2>"$work/next.err" || status=$?
-	if [ "$status" = 0 ]; then
-		pass "$t/next_client_served"
-	else
-		fail "$t/next_client_served" "client exited $status: $(head -c 300 "$work/next.err")"
-	fi
+	pass_if "$t/next_client_served" "client exited $status: $(head -c 300 "$work/next.err")" [ "$status" = 0 ]
 	status=0
 	pid=$server_pid
 	stop_server || status=$?

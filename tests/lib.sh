@@ -24,6 +24,12 @@ on_fail() {
 	done
 }
 
+# pass_if NAME WHY CMD...: NAME passes if CMD succeeds, else it fails saying
+# WHY (expanded before CMD runs: it may name only what is known by then).
+pass_if() {
+	if "${@:3}"; then pass "$1"; else fail "$1" "$2"; fi
+}
+
 # needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
 # the test needs root (under CI, a failure).
 needs_root() {

@@ -154,11 +154,7 @@ expect_lines() {
 	local want got
 	want=$(cat)
 	got=$(sed 's/rkey=0x[1-9a-f][0-9a-f]*/rkey=KEY/' "$2")
-	if [ "$want" = "$got" ]; then
-		pass "$1"
-	else
-		fail "$1" "wanted [$(echo "$want" | tr '\n' '|')] got [$(echo "$got" | tr '\n' '|')]"
-	fi
+	pass_if "$1" "wanted [$(echo "$want" | tr '\n' '|')] got [$(echo "$got" | tr '\n' '|')]" [ "$want" = "$got" ]
 }
 
 # stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its
@@ -192,11 +188,7 @@ totals_whole() {
 expect_stats() {
 	local line
 	line=$(stats_idle | tail -n 1)
-	if stats_whole "$line"; then
-		pass "$1"
-	else
-		fail "$1" "after every client left: '$line'"
-	fi
+	pass_if "$1" "after every client left: '$line'" stats_whole "$line"
 }
 
 # check_bystander NAME CLIENT N K GRANTED STATUS: a normal client that ran
@@ -269,17 +261,11 @@ test_oversized_message() {
 	bystander=$!
 	await_line "$work/bystander.out" '^doorbell seq=' 20 || true
 	peer_steps big "$port" send:200:0x52444d41:1:1:4096 || true
-	if grep -q '^reply status=IBV_WC_' "$work/big.out"; then
-		pass "$t/connection_ended"
-	else
-		fail "$t/connection_ended" "peer saw: $(cat "$work/big.out" "$work/big.err")"
-	fi
+	pass_if "$t/connection_ended" "peer saw: $(cat "$work/big.out" "$work/big.err")" \
+		grep -q '^reply status=IBV_WC_' "$work/big.out"
 	# IBV_WC_LOC_LEN_ERR on most devices; rxe says IBV_WC_LOC_QP_OP_ERR.
-	if await_line "$work/server.err" '^rdma_[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_' 5; then
-		pass "$t/server_names_it"
-	else
-		fail "$t/server_names_it" "no 'receive ... failed: IBV_WC_...' on the server's stderr"
-	fi
+	pass_if "$t/server_names_it" "no 'receive ... failed: IBV_WC_...' on the server's stderr" \
+		await_line "$work/server.err" '^rdma_[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_' 5
 	wait "$bystander" || status=$?
 	check_bystander "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
 }
@@ -326,18 +312,11 @@ test_cycles() {
 	for ((i = 0; i < 200; i++)); do
 		run_client cycle "$port" "$RDMA_ADDR" $((4096 * (i % 7 + 1))) -n 64 -k 16 || bad=$((bad + 1))
 	done
-	if [ "$bad" = 0 ]; then
-		pass "$t/all_succeed"
-	else
-		fail "$t/all_succeed" "$bad of 200 failed"
-	fi
+	pass_if "$t/all_succeed" "$bad of 200 failed" [ "$bad" = 0 ]
 	expect_stats "$t/nothing_left"
 	tail -n "+$((start + 1))" "$work/server.out" >"$work/cycles"
-	if grants_disjoint "$work/cycles"; then
-		pass "$t/no_slice_lent_before_its_qp_is_destroyed"
-	else
-		fail "$t/no_slice_lent_before_its_qp_is_destroyed" "a grant overlaps a slice whose QP was not destroyed yet"
-	fi
+	pass_if "$t/no_slice_lent_before_its_qp_is_destroyed" "a grant overlaps a slice whose QP was not destroyed yet" \
+		grants_disjoint "$work/cycles"
 }
 
 # ---- tests that need a server of their own ---------------------------------
@@ -405,11 +384,7 @@ test_max_conns() {
 	fi
 	expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
 		"$client" -p "$port" "$RDMA_ADDR" 4096
-	if grep -qx 'reject reason=server-full' "$work/server.out"; then
-		pass "$t/server_says_why"
-	else
-		fail "$t/server_says_why" "no 'reject reason=server-full' line"
-	fi
+	pass_if "$t/server_says_why" "no 'reject reason=server-full' line" grep -qx 'reject reason=server-full' "$work/server.out"
 	kill "$p1" "$p2" 2>/dev/null || true
 	{ wait "$p1" "$p2" || true; } 2>/dev/null
 	stop_server || true
@@ -801,11 +776,8 @@ test_isolation() {
 		read off=0 value=0 status=IBV_WC_REM_ACCESS_ERR
 	EOF
 	owner=$(grep -m1 '^grant ' "$work/server.out" | cut -d' ' -f2)
-	if await_line "$work/server.out" "^doorbell $owner seq=1025 value=$want_value\$" 5; then
-		pass "$t/neighbour_sees"
-	else
-		fail "$t/neighbour_sees" "no 'doorbell $owner seq=1025 value=$want_value' line"
-	fi
+	pass_if "$t/neighbour_sees" "no 'doorbell $owner seq=1025 value=$want_value' line" \
+		await_line "$work/server.out" "^doorbell $owner seq=1025 value=$want_value\$" 5
 	if [ "$mode" != none ]; then
 		# No key reaches the pool, for no region covers it: the server
 		# says rkey=none, and the kernel lists no region of the pool's
@@ -820,11 +792,8 @@ test_isolation() {
 		else
 			pass "$t/pool_has_no_key"
 		fi
-		if [ "$(grep -h '^reply status=0 ' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out | sort -u | wc -l)" = 3 ]; then
-			pass "$t/keys_of_their_own"
-		else
-			fail "$t/keys_of_their_own" "two clients were given the same rkey"
-		fi
+		pass_if "$t/keys_of_their_own" "two clients were given the same rkey" \
+			[ "$(grep -h '^reply status=0 ' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out | sort -u | wc -l)" = 3 ]
 		test_one_client "$t" "$port"
 	fi
 	test_sigint "$t"
