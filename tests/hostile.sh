@@ -18,12 +18,6 @@ hostile_peer() {
 	hostile_pid=$!
 }
 
-# hostile_end: the peer started last is no longer needed.
-hostile_end() {
-	kill "$hostile_pid" 2>/dev/null || true
-	{ wait "$hostile_pid" || true; } 2>/dev/null
-}
-
 # server_end T: every place and chunk back once the peers are gone, and
 # the server exits 0 on SIGINT.
 server_end() {
@@ -53,7 +47,7 @@ test_handshake_deadline() {
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20
 	run_client after "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	check_bystander "$t/next_client_served" after 100 10 4096 "$status"
-	hostile_end
+	end_jobs "$hostile_pid"
 	server_end "$t"
 }
 
@@ -67,7 +61,7 @@ test_lost_rtu() {
 	hostile_peer nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
 	if ! grant=$(grant_of nortu); then
 		fail "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")"
-		hostile_end
+		end_jobs "$hostile_pid"
 		stop_server || true
 		return
 	fi
@@ -129,8 +123,7 @@ test_source_limits() {
 		fail "$t/same_address_refused" "no 'reject reason=source-busy': $(head -c 300 "$work/same.err")"
 	fi
 	other_address_served "$t"
-	kill "${pids[@]}" 2>/dev/null || true
-	{ wait "${pids[@]}" || true; } 2>/dev/null
+	end_jobs "${pids[@]}"
 	server_end "$t"
 }
 
@@ -155,7 +148,7 @@ test_request_deadline() {
 	else
 		fail "$t/asker_stays" "$(cat "$work/asker.out" "$work/asker.err"; grep "^close ${qp:-none} " "$work/server.out")"
 	fi
-	hostile_end
+	end_jobs "$hostile_pid"
 	server_end "$t"
 }
 
@@ -187,7 +180,7 @@ test_keepalive() {
 		await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8
 	# Its place and slice come back while it still sleeps.
 	expect_stats "$t/vanished_peer_freed"
-	hostile_end
+	end_jobs "$hostile_pid"
 	stop_server || fail "$t/server_survives" "exit status $?"
 }
 
@@ -211,7 +204,7 @@ test_broken_qp() {
 		fail "$t/closed_with_reason" "no 'close $qp reason=qp_error' within 8 s"
 	fi
 	expect_stats "$t/place_freed"
-	hostile_end
+	end_jobs "$hostile_pid"
 	stop_server || fail "$t/server_survives" "exit status $?"
 }
 
@@ -339,8 +332,7 @@ test_output_stalled() {
 	else
 		fail "$t/drops_counted" "exit status $status, stderr: $(head -c 300 "$work/server.err")"
 	fi
-	kill "$reader_pid" 2>/dev/null || true
-	{ wait "$reader_pid" || true; } 2>/dev/null
+	end_jobs "$reader_pid"
 }
 
 # The reader of the server's stdout goes away: SIGPIPE would end the server
@@ -413,8 +405,7 @@ test_stderr_stalled() {
 		fail "$t/sigint_stops_it" "exit status $status (124: still running 20 s after SIGINT)"
 		kill -KILL "$pid" 2>/dev/null || true
 	fi
-	kill "$reader_pid" 2>/dev/null || true
-	{ wait "$reader_pid" || true; } 2>/dev/null
+	end_jobs "$reader_pid"
 }
 
 # test_hostile SERVER: each test with a server of its own.

@@ -30,6 +30,13 @@ pass_if() {
 	if "${@:3}"; then pass "$1"; else fail "$1" "$2"; fi
 }
 
+# end_jobs PID...: background jobs no longer needed, killed and reaped
+# (stderr away: bash reports a job killed by a signal).
+end_jobs() {
+	kill "$@" 2>/dev/null || true
+	{ wait "$@" || true; } 2>/dev/null
+}
+
 # needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
 # the test needs root (under CI, a failure).
 needs_root() {

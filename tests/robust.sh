@@ -377,16 +377,14 @@ test_max_conns() {
 	p2=$!
 	if ! await_line "$work/hold1.out" '^reply' 20 || ! await_line "$work/hold2.out" '^reply' 20; then
 		fail "$t" "the two holders were not both served: $(cat "$work"/hold?.out "$work"/hold?.err | head -c 300)"
-		kill "$p1" "$p2" 2>/dev/null || true
-		{ wait "$p1" "$p2" || true; } 2>/dev/null
+		end_jobs "$p1" "$p2"
 		stop_server || true
 		return
 	fi
 	expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
 		"$client" -p "$port" "$RDMA_ADDR" 4096
 	pass_if "$t/server_says_why" "no 'reject reason=server-full' line" grep -qx 'reject reason=server-full' "$work/server.out"
-	kill "$p1" "$p2" 2>/dev/null || true
-	{ wait "$p1" "$p2" || true; } 2>/dev/null
+	end_jobs "$p1" "$p2"
 	stop_server || true
 }
 
