@@ -25,12 +25,13 @@ server_end() {
 	stop_server || fail "$1/server_survives" "exit status $?"
 }
 
-# grant_of NAME: the server's grant line for peer NAME's slice (by its key).
-grant_of() {
+# granted_qp NAME: the QP (qp=0x...) of the server's grant line for peer
+# NAME's slice (by its key); false if there is none.
+granted_qp() {
 	local rkey
 	await_line "$work/$1.out" '^reply status=0 ' 20 || return 1
 	rkey=$(sed -n 's/^reply status=0 .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$work/$1.out")
-	grep -x "grant qp=0x[0-9a-f]* addr=0x[0-9a-f]* rkey=$rkey size=[0-9]*" "$work/server.out" | tail -n 1
+	grep -x "grant qp=0x[0-9a-f]* addr=0x[0-9a-f]* rkey=$rkey size=[0-9]*" "$work/server.out" | tail -n 1 | cut -d' ' -f2
 }
 
 # A peer that never sends the handshake's last message (RTU) holds a place
@@ -55,17 +56,16 @@ test_handshake_deadline() {
 # slice and rings. Its first message must establish the connection (the
 # server tells its CM, rdma_notify), not leave it to the handshake deadline.
 test_lost_rtu() {
-	local s=$1 t=$1/lost_rtu grant qp
+	local s=$1 t=$1/lost_rtu qp
 	start_server "$s" --handshake-timeout-ms 1500 ||
 		{ fail "$t" "server did not start"; return; }
 	hostile_peer nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
-	if ! grant=$(grant_of nortu); then
+	if ! qp=$(granted_qp nortu); then
 		fail "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")"
 		end_jobs "$hostile_pid"
 		stop_server || true
 		return
 	fi
-	qp=$(echo "$grant" | cut -d' ' -f2)
 	pass_if "$t/established" "no 'connect $qp' line within 5 s" await_line "$work/server.out" "^connect $qp device=" 5
 	wait "$hostile_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
@@ -131,7 +131,7 @@ test_source_limits() {
 # ever: it is closed --request-timeout-ms after its accept. One that asked
 # at once stays, however long it takes to write.
 test_request_deadline() {
-	local s=$1 t=$1/request_deadline grant qp
+	local s=$1 t=$1/request_deadline qp
 	start_server "$s" --request-timeout-ms 1500 ||
 		{ fail "$t" "server did not start"; return; }
 	hostile_peer asker "$server_port" req:4096 sleep:3000 write:0:1 ring:1
@@ -140,8 +140,7 @@ test_request_deadline() {
 	pass_if "$t/closed_in_time" "no 'close ... reason=request_timeout' within 10 s" \
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=request_timeout$' 10
 	wait "$asker" || true
-	grant=$(grant_of asker) || true
-	qp=$(echo "$grant" | cut -d' ' -f2)
+	qp=$(granted_qp asker) || true
 	if [ -n "$qp" ] && ! grep -q "^close $qp " "$work/server.out" &&
 		await_line "$work/server.out" "^doorbell $qp seq=1 value=1 ok\$" 5; then
 		pass "$t/asker_stays"
@@ -156,13 +155,12 @@ test_request_deadline() {
 # machine that died would) must be found by the keepalive probe and closed;
 # a peer that is merely quiet must not be.
 test_keepalive() {
-	local s=$1 t=$1/keepalive grant qp port
+	local s=$1 t=$1/keepalive qp port
 	start_server "$s" --keepalive-ms 1000 ||
 		{ fail "$t" "server did not start"; return; }
 	port=$server_port
 	hostile_peer quiet "$port" req:4096 sleep:4000
-	grant=$(grant_of quiet) || { fail "$t" "the quiet peer got no slice"; return; }
-	qp=$(echo "$grant" | cut -d' ' -f2)
+	qp=$(granted_qp quiet) || { fail "$t" "the quiet peer got no slice"; return; }
 	wait "$hostile_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
 		fail "$t/quiet_is_no_reason" "$(grep "^close $qp " "$work/server.out")"
@@ -173,8 +171,7 @@ test_keepalive() {
 	fi
 
 	hostile_peer gone "$port" req:4096 vanish sleep:30000
-	grant=$(grant_of gone) || { fail "$t" "the vanishing peer got no slice"; return; }
-	qp=$(echo "$grant" | cut -d' ' -f2)
+	qp=$(granted_qp gone) || { fail "$t" "the vanishing peer got no slice"; return; }
 	await_line "$work/gone.out" '^vanished$' 10 || true
 	pass_if "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s" \
 		await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8
@@ -189,13 +186,12 @@ test_keepalive() {
 # one chunk, all of it the peer's slice. The connection must close with a
 # line saying why, not keep its place until the peer leaves.
 test_broken_qp() {
-	local s=$1 t=$1/broken_qp grant qp port
+	local s=$1 t=$1/broken_qp qp port
 	start_server "$s" --keepalive-ms 1000 --pool-size 4096 ||
 		{ fail "$t" "server did not start"; return; }
 	port=$server_port
 	hostile_peer broken "$port" req:4096 write:4096:1 sleep:30000
-	grant=$(grant_of broken) || { fail "$t" "the peer got no slice"; return; }
-	qp=$(echo "$grant" | cut -d' ' -f2)
+	qp=$(granted_qp broken) || { fail "$t" "the peer got no slice"; return; }
 	if ! await_line "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
 		fail "$t/closed_with_reason" "the write past the pool was not refused: $(cat "$work/broken.out")"
 	elif await_line "$work/server.out" "^close $qp reason=qp_error\$" 8; then
