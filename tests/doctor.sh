@@ -143,20 +143,13 @@ test_doctor_memlock_too_low() {
 test_doctor_memlock_enough() {
 	local t=doctor/memlock_enough kib=${doctor_need_kib:-} status=0 cstatus=0 why
 	needs_root "$t" "run as another user (setpriv)" || return 0
-	if [ -z "$kib" ]; then
-		fail "$t" "the doctor named no figure in doctor/memlock_too_low"
-		return
-	fi
+	[ -n "$kib" ] || { fail "$t" "the doctor named no figure in doctor/memlock_too_low"; return; }
 	as_user "$kib"
 	doctor=$open_top/scripts/doctor.sh doctor_run enoughdoc "${nobody_cmd[@]}" || status=$?
-	if [ "$status" != 0 ]; then
-		fail "$t" "doctor exited $status: $(grep -A1 '^FAIL' "$work/enoughdoc.out" | tr '\n' '|')"
-		return
-	fi
-	if ! grep -q "^ok   memlock: ulimit -l $kib KiB >= $kib KiB" "$work/enoughdoc.out"; then
-		fail "$t" "no 'ok   memlock: ulimit -l $kib KiB >= $kib KiB' line"
-		return
-	fi
+	[ "$status" = 0 ] ||
+		{ fail "$t" "doctor exited $status: $(grep -A1 '^FAIL' "$work/enoughdoc.out" | tr '\n' '|')"; return; }
+	grep -q "^ok   memlock: ulimit -l $kib KiB >= $kib KiB" "$work/enoughdoc.out" ||
+		{ fail "$t" "no 'ok   memlock: ulimit -l $kib KiB >= $kib KiB' line"; return; }
 	memlock_server "$kib" || cstatus=$?
 	if [ "$cstatus" = 200 ]; then
 		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"

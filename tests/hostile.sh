@@ -313,10 +313,7 @@ server_into_fifo() {
 # unposted while every client meets "receiver not ready".
 test_output_stalled() {
 	local s=$1 t=$1/output_stalled status=0 port
-	if ! server_into_fifo "$s" 'head -n 1; exec sleep 600'; then
-		fail "$t" "server did not start"
-		return
-	fi
+	server_into_fifo "$s" 'head -n 1; exec sleep 600' || { fail "$t" "server did not start"; return; }
 	port=$server_port
 	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
 	run_client stalled "$port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
@@ -336,10 +333,7 @@ test_output_stalled() {
 # and exit 1.
 test_output_gone() {
 	local s=$1 t=$1/output_gone status=0 port
-	if ! server_into_fifo "$s" 'head -n 1'; then
-		fail "$t" "server did not start"
-		return
-	fi
+	server_into_fifo "$s" 'head -n 1' || { fail "$t" "server did not start"; return; }
 	port=$server_port
 	wait "$reader_pid" 2>/dev/null || true
 	run_client gone "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
@@ -383,10 +377,7 @@ test_mismatch_flood() {
 # and stop on SIGINT.
 test_stderr_stalled() {
 	local s=$1 t=$1/stderr_stalled status=0 pid
-	if ! server_into_fifo "$s" 'head -n 1; exec sleep 600' --stderr-too; then
-		fail "$t" "server did not start"
-		return
-	fi
+	server_into_fifo "$s" 'head -n 1; exec sleep 600' --stderr-too || { fail "$t" "server did not start"; return; }
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
 	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \

@@ -51,10 +51,8 @@ test_client_rejection_escaped() {
 	"$top/tests/bad_server" "$RDMA_ADDR" $'busy\e]0;owned\a' \
 		>"$work/bad.out" 2>"$work/bad.err" &
 	pid=$!
-	if ! port=$(listen_port "$work/bad.out" "$pid"); then
-		fail "$t" "bad_server did not listen: $(head -c 300 "$work/bad.err")"
-		return
-	fi
+	port=$(listen_port "$work/bad.out" "$pid") ||
+		{ fail "$t" "bad_server did not listen: $(head -c 300 "$work/bad.err")"; return; }
 	timeout 30 "$client" -p "$port" "$RDMA_ADDR" 100 >"$work/cmd.out" 2>"$work/cmd.err" || status=$?
 	{ wait "$pid" || true; } 2>/dev/null
 	if [ "$status" = 0 ]; then
@@ -620,10 +618,8 @@ address_case() {
 # and exits.
 test_addresses() {
 	local s=$1 t=$1/address
-	if [ -z "${RDMA_ADDR6:-}" ]; then
-		skip "$t" "no IPv6 address on $RDMA_DEV (RDMA_ADDR6: a device this run made has one, where IPv6 is on)"
-		return
-	fi
+	[ -n "${RDMA_ADDR6:-}" ] ||
+		{ skip "$t" "no IPv6 address on $RDMA_DEV (RDMA_ADDR6: a device this run made has one, where IPv6 is on)"; return; }
 	address_case "$t/default" "$s" yes yes ::
 	address_case "$t/default_isolation_mr" "$s" yes yes :: --isolation mr
 	address_case "$t/ipv4_only" "$s" yes no "$RDMA_ADDR" -a "$RDMA_ADDR"
@@ -718,10 +714,8 @@ two_devices_case() {
 # the first, plain and with isolation.
 test_two_devices() {
 	local s=$1 t=$1/two_devices
-	if [ -z "${RDMA_DEV2:-}" ]; then
-		skip "$t" "no second device (RDMA_DEV2: a run that makes its own device makes one with SOFT_ROCE_DEVICES=2)"
-		return
-	fi
+	[ -n "${RDMA_DEV2:-}" ] ||
+		{ skip "$t" "no second device (RDMA_DEV2: a run that makes its own device makes one with SOFT_ROCE_DEVICES=2)"; return; }
 	two_devices_case "$t/plain" "$s"
 	two_devices_case "$t/isolation_mr" "$s" --isolation mr
 }
@@ -813,10 +807,8 @@ test_isolation_unprivileged() {
 		"$open_top/$s" --port 0 --isolation mr \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	if ! port=$(listen_port "$work/server.out" "$server_pid"); then
-		fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
-		return
-	fi
+	port=$(listen_port "$work/server.out" "$server_pid") ||
+		{ fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"; return; }
 	peer_steps first "$port" req:1048576 sleep:4000 &
 	pid=$!
 	await_line "$work/first.out" '^reply ' 20 || true
@@ -838,10 +830,8 @@ test_isolation_unprivileged() {
 # and what to use instead, before the server listens.
 test_isolation_mw_refused() {
 	local s=$1 t=$1/isolation_mw
-	if ! grep -Eq '^[[:space:]]*vendor_id:[[:space:]]*0xffffff$' <<<"$(ibv_devinfo -d "$RDMA_DEV" 2>/dev/null)"; then
-		skip "$t" "$RDMA_DEV is not Soft-RoCE (vendor_id 0xffffff)"
-		return
-	fi
+	grep -Eq '^[[:space:]]*vendor_id:[[:space:]]*0xffffff$' <<<"$(ibv_devinfo -d "$RDMA_DEV" 2>/dev/null)" ||
+		{ skip "$t" "$RDMA_DEV is not Soft-RoCE (vendor_id 0xffffff)"; return; }
 	expect_error "$t/refused_on_rxe" 10 \
 		"^$s: --isolation mw: $RDMA_DEV is Soft-RoCE \(rxe\), whose memory windows let any client crash this machine's kernel \(.*rxe_mw\.c\); use --isolation mr$" \
 		"$top/$s" --port 0 --isolation mw
