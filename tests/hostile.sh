@@ -39,14 +39,13 @@ granted_qp() {
 # With --max-conns 1, the server must close it after
 # --handshake-timeout-ms and then serve an ordinary client.
 test_handshake_deadline() {
-	local s=$1 t=$1/handshake_deadline status=0 port
+	local s=$1 t=$1/handshake_deadline status=0
 	start_server "$s" --max-conns 1 --handshake-timeout-ms 1500 ||
 		{ fail "$t" "server did not start"; return; }
-	port=$server_port
-	hostile_peer nortu "$port" --no-rtu sleep:30000
+	hostile_peer nortu "$server_port" --no-rtu sleep:30000
 	pass_if "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s" \
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20
-	run_client after "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
+	run_client after "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	check_bystander "$t/next_client_served" after 100 10 4096 "$status"
 	end_jobs "$hostile_pid"
 	server_end "$t"
@@ -155,11 +154,10 @@ test_request_deadline() {
 # machine that died would) must be found by the keepalive probe and closed;
 # a peer that is merely quiet must not be.
 test_keepalive() {
-	local s=$1 t=$1/keepalive qp port
+	local s=$1 t=$1/keepalive qp
 	start_server "$s" --keepalive-ms 1000 ||
 		{ fail "$t" "server did not start"; return; }
-	port=$server_port
-	hostile_peer quiet "$port" req:4096 sleep:4000
+	hostile_peer quiet "$server_port" req:4096 sleep:4000
 	qp=$(granted_qp quiet) || { fail "$t" "the quiet peer got no slice"; return; }
 	wait "$hostile_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
@@ -170,7 +168,7 @@ test_keepalive() {
 		pass "$t/quiet_is_no_reason"
 	fi
 
-	hostile_peer gone "$port" req:4096 vanish sleep:30000
+	hostile_peer gone "$server_port" req:4096 vanish sleep:30000
 	qp=$(granted_qp gone) || { fail "$t" "the vanishing peer got no slice"; return; }
 	await_line "$work/gone.out" '^vanished$' 10 || true
 	pass_if "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s" \
@@ -186,11 +184,10 @@ test_keepalive() {
 # one chunk, all of it the peer's slice. The connection must close with a
 # line saying why, not keep its place until the peer leaves.
 test_broken_qp() {
-	local s=$1 t=$1/broken_qp qp port
+	local s=$1 t=$1/broken_qp qp
 	start_server "$s" --keepalive-ms 1000 --pool-size 4096 ||
 		{ fail "$t" "server did not start"; return; }
-	port=$server_port
-	hostile_peer broken "$port" req:4096 write:4096:1 sleep:30000
+	hostile_peer broken "$server_port" req:4096 write:4096:1 sleep:30000
 	qp=$(granted_qp broken) || { fail "$t" "the peer got no slice"; return; }
 	if ! await_line "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
 		fail "$t/closed_with_reason" "the write past the pool was not refused: $(cat "$work/broken.out")"
@@ -312,11 +309,10 @@ server_into_fifo() {
 # serving (its lines dropped and counted), not block with its receives
 # unposted while every client meets "receiver not ready".
 test_output_stalled() {
-	local s=$1 t=$1/output_stalled status=0 port
+	local s=$1 t=$1/output_stalled status=0
 	server_into_fifo "$s" 'head -n 1; exec sleep 600' || { fail "$t" "server did not start"; return; }
-	port=$server_port
 	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
-	run_client stalled "$port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
+	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	status=0
 	stop_server || status=$?
@@ -332,11 +328,10 @@ test_output_stalled() {
 # without its teardown. It must stop by itself, with no signal, say why,
 # and exit 1.
 test_output_gone() {
-	local s=$1 t=$1/output_gone status=0 port
+	local s=$1 t=$1/output_gone status=0
 	server_into_fifo "$s" 'head -n 1' || { fail "$t" "server did not start"; return; }
-	port=$server_port
 	wait "$reader_pid" 2>/dev/null || true
-	run_client gone "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
+	run_client gone "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
 	await_exit "$server_pid" 10 || status=$?
 	server_pid=
 	if [ "$status" = 124 ]; then

@@ -322,11 +322,10 @@ test_cycles() {
 # Servers stopped under load: each streaming client reports the failed work
 # completion by its status name and exits non-zero within a few seconds.
 test_server_dies() {
-	local s=$1 how=$2 t=$1/server_$2_under_load i pids=() status bad='' port
+	local s=$1 how=$2 t=$1/server_$2_under_load i pids=() status bad=''
 	start_server "$s" || { fail "$t" "server did not start"; return; }
-	port=$server_port
 	for i in 0 1 2; do
-		run_client "load$i" "$port" "$RDMA_ADDR" 8192 -n 4000000 -k 64 &
+		run_client "load$i" "$server_port" "$RDMA_ADDR" 8192 -n 4000000 -k 64 &
 		pids+=("$!")
 	done
 	for i in 0 1 2; do
@@ -364,13 +363,12 @@ test_server_dies() {
 # connections until the test ends them (a fixed hold time can run out
 # first on a busy machine).
 test_max_conns() {
-	local s=$1 t=$1/max_conns p1 p2 port
+	local s=$1 t=$1/max_conns p1 p2
 	start_server "$s" --max-conns 2 || { fail "$t" "server did not start"; return; }
-	port=$server_port
-	timeout 120 "$peer" "$RDMA_ADDR" "$port" req:4096 sleep:100000 \
+	timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
 		>"$work/hold1.out" 2>"$work/hold1.err" &
 	p1=$!
-	timeout 120 "$peer" "$RDMA_ADDR" "$port" req:4096 sleep:100000 \
+	timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
 		>"$work/hold2.out" 2>"$work/hold2.err" &
 	p2=$!
 	if ! await_line "$work/hold1.out" '^reply' 20 || ! await_line "$work/hold2.out" '^reply' 20; then
@@ -380,7 +378,7 @@ test_max_conns() {
 		return
 	fi
 	expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
-		"$client" -p "$port" "$RDMA_ADDR" 4096
+		"$client" -p "$server_port" "$RDMA_ADDR" 4096
 	pass_if "$t/server_says_why" "no 'reject reason=server-full' line" grep -qx 'reject reason=server-full' "$work/server.out"
 	end_jobs "$p1" "$p2"
 	stop_server || true
@@ -393,10 +391,9 @@ test_max_conns() {
 # ESTABLISHED), so the server must close it itself, at once: with
 # --max-conns 1 the next client is served while the peer still holds it.
 test_closed_before_established() {
-	local s=$1 t=$1/closed_before_established pid port
+	local s=$1 t=$1/closed_before_established pid
 	start_server "$s" --max-conns 1 || { fail "$t" "server did not start"; return; }
-	port=$server_port
-	timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$port" \
+	timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" \
 		send:200:0x52444d41:1:1:4096 sleep:30000 \
 		>"$work/nortu.out" 2>"$work/nortu.err" &
 	pid=$!
@@ -409,7 +406,7 @@ test_closed_before_established() {
 	else
 		pass "$t/server_closes_it"
 	fi
-	test_one_client "$t" "$port"
+	test_one_client "$t" "$server_port"
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	expect_stats "$t/nothing_lost"
@@ -426,18 +423,17 @@ test_closed_before_established() {
 # get in, the CQ never overruns (the server would stop on IBV_EVENT_CQ_ERR)
 # and nothing is lost.
 test_burst_at_the_limit() {
-	local s=$1 t=$1/burst_at_the_limit i holders=() bad='' port
+	local s=$1 t=$1/burst_at_the_limit i holders=() bad=''
 	start_server "$s" --max-conns 4 --srq-depth 16 || { fail "$t" "server did not start"; return; }
-	port=$server_port
 	for i in 1 2 3; do
-		timeout 120 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$port" blind:8 sleep:100000 \
+		timeout 120 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" blind:8 sleep:100000 \
 			>"$work/holder$i.out" 2>"$work/holder$i.err" &
 		holders+=("$!")
 		await_line "$work/holder$i.out" '^blind sent=8$' 20 || bad="holder $i: $(cat "$work/holder$i.err")"
 	done
 	for ((i = 1; i <= 12; i++)); do
 		[ -n "$bad" ] && break
-		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$port" blind:8 \
+		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" blind:8 \
 			>"$work/burst.out" 2>"$work/burst.err") || true
 		grep -qx 'blind sent=8' "$work/burst.out" ||
 			bad="peer $i of 12 was not let in: $(head -c 200 "$work/burst.err")"
@@ -474,19 +470,18 @@ hw_counter() {
 # once in CI a write's retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of
 # 0.27 s); at nice 19, still some RNR NAKs in every run.
 test_load() {
-	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line port
+	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line
 	local -A before=() after=()
 	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
 	# 32 clients from one address, at once: more in their handshake than
 	# one address may have by default.
 	start_server "$s" --srq-depth 4 --handshakes-per-source 32 ||
 		{ fail "$t" "server did not start"; return; }
-	port=$server_port
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
 		(
 			renice -n "${LOAD_NICE:-19}" -p "$BASHPID" >/dev/null
-			run_client "l$i" "$port" "$RDMA_ADDR" 8192 -n 2000 -k 16
+			run_client "l$i" "$server_port" "$RDMA_ADDR" 8192 -n 2000 -k 16
 		) &
 		pids+=("$!")
 	done
@@ -554,15 +549,14 @@ test_rnr_counters() {
 # it 8) and the SRQ would shrink. After more peers than that, ordinary
 # clients are served and nothing is lost.
 test_stuck_replies() {
-	local s=$1 t=$1/stuck_replies i bad='' steps port
+	local s=$1 t=$1/stuck_replies i bad='' steps
 	start_server "$s" --max-conns 1 || { fail "$t" "server did not start"; return; }
-	port=$server_port
 	for ((i = 1; i <= 9; i++)); do
 		stats_idle >/dev/null # the one connection it may have must be gone
 		steps=(blind:8)
 		((i % 2)) || steps+=(kill)
 		# (In a subshell: bash's "Killed" notice goes to /dev/null.)
-		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$port" "${steps[@]}" \
+		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" "${steps[@]}" \
 			>"$work/stuck.out" 2>"$work/stuck.err") 2>/dev/null || true
 		if ! grep -qx 'blind sent=8' "$work/stuck.out"; then
 			bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300)"
@@ -574,7 +568,7 @@ test_stuck_replies() {
 	fi
 	if [ -n "$bad" ]; then fail "$t/nine_peers" "$bad"; else pass "$t/nine_peers"; fi
 	expect_stats "$t/nothing_lost"
-	test_one_client "$t" "$port"
+	test_one_client "$t" "$server_port"
 	expect_stats "$t/nothing_lost_after_a_client"
 	stop_server || true
 }
@@ -726,23 +720,22 @@ test_two_devices() {
 # region's over its own slice: the same writes fail with
 # IBV_WC_REM_ACCESS_ERR and the neighbour's data stays as it was.
 test_isolation() {
-	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs port
+	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs
 	start_server "$s" --isolation "$mode" || { fail "$t" "server did not start"; return; }
-	port=$server_port
 	# The owner writes 1025 into slot 0 (of 1024) of the first slice and,
 	# once the others have tried, rings doorbell 1025: the server reports
 	# what slot 0 holds. Last it tries to read it back, which nothing in
 	# the pool allows.
 	rm -f "$work/go"
-	peer_steps owner "$port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0 &
+	peer_steps owner "$server_port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0 &
 	owner=$!
 	await_line "$work/owner.out" '^write off=0 status=' 20 || true # expect_lines says
 	# The intruder's slice comes right after it: its offset -4096 is the
 	# owner's slot 0.  2049 is 1025 one lap later: a doorbell that finds it
 	# says "lapped", no error.
-	peer_steps intruder "$port" req:4096 write:-4096:2049 || true
+	peer_steps intruder "$server_port" req:4096 write:-4096:2049 || true
 	# A 4-byte write whose last byte lies one past the end of the slice.
-	peer_steps overrun "$port" req:4096 write:4093:1 || true
+	peer_steps overrun "$server_port" req:4096 write:4093:1 || true
 	touch "$work/go"
 	# What the kernel holds for the server while the owner holds a slice.
 	mrs=$(rdma resource show mr 2>/dev/null | grep " pid $server_pid " || true)
@@ -786,7 +779,7 @@ test_isolation() {
 		fi
 		pass_if "$t/keys_of_their_own" "two clients were given the same rkey" \
 			[ "$(grep -h '^reply status=0 ' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out | sort -u | wc -l)" = 3 ]
-		test_one_client "$t" "$port"
+		test_one_client "$t" "$server_port"
 	fi
 	test_sigint "$t"
 }
