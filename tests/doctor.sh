@@ -9,17 +9,6 @@ DOCTOR_CHECKS=('kernel module rdma_rxe' 'RDMA device' 'link state'
 	'ibv_devinfo' 'IPv4 address' 'rdma_cm device node'
 	'uverbs device node' 'memlock' 'rping')
 doctor_need_kib='' # what the doctor says the server pins, once it has said
-# A user without CAP_IPC_LOCK, so that ulimit -l binds ibv_reg_mr: setpriv
-# drops root, and with it every capability.
-NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-
-# as_user KIB: the words that run a command as nobody with ulimit -l KIB,
-# into the array nobody_cmd.  prlimit and setpriv each exec the next, so the
-# command keeps the pid they were started with.
-as_user() {
-	nobody_cmd=(prlimit --memlock=$(($1 * 1024)) "${NOBODY[@]}")
-	open_copy
-}
 
 # doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output
 # in $work/NAME.out; returns its exit status.

@@ -82,6 +82,18 @@ open_copy() {
 	chmod -R a+rX "$open_top"
 }
 
+# A user without CAP_IPC_LOCK, so that ulimit -l binds ibv_reg_mr: setpriv
+# drops root, and with it every capability.
+NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+
+# as_user KIB: the words that run a command as nobody with ulimit -l KIB,
+# into the array nobody_cmd.  prlimit and setpriv each exec the next, so the
+# command keeps the pid they were started with.
+as_user() {
+	nobody_cmd=(prlimit --memlock=$(($1 * 1024)) "${NOBODY[@]}")
+	open_copy
+}
+
 # start_server PROGRAM [OPTIONS...]: start it and wait until it listens, on
 # server_port.  The CM picks the port (--port 0), from the kernel's local
 # port range: two runs at once never meet, nor meet a fixed port below it.

@@ -120,8 +120,7 @@ test_memlock() {
 	open_copy
 	(
 		ulimit -l 1024
-		exec setpriv --reuid=nobody --regid=nogroup --clear-groups \
-			"$open_top/$s" --port 0
+		exec "${NOBODY[@]}" "$open_top/$s" --port 0
 	) >"$work/memlock.out" 2>"$work/memlock.err" &
 	pid=$!
 	port=$(listen_port "$work/memlock.out" "$pid") || true
@@ -793,11 +792,9 @@ test_isolation() {
 test_isolation_unprivileged() {
 	local s=$1 t=$1/isolation_mr/unprivileged pid port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	open_copy
+	as_user 2048
 	rm -f "$work"/*.out "$work"/*.err
-	prlimit --memlock=$((2048 * 1024)) \
-		setpriv --reuid=nobody --regid=nogroup --clear-groups \
-		"$open_top/$s" --port 0 --isolation mr \
+	"${nobody_cmd[@]}" "$open_top/$s" --port 0 --isolation mr \
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	port=$(listen_port "$work/server.out" "$server_pid") ||
