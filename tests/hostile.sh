@@ -112,8 +112,7 @@ test_source_limits() {
 		pids+=("$!")
 	done
 	for ((i = 0; i < 100 && $(qps_of "$server_pid") < 2; i++)); do sleep 0.1; done
-	timeout 60 "$peer" "$RDMA_ADDR" "$server_port" req:4096 \
-		>"$work/same.out" 2>"$work/same.err" || true
+	peer_steps same "$server_port" req:4096 || true
 	if [ -s "$work/same.out" ]; then
 		fail "$t/same_address_refused" "a third from $RDMA_ADDR got in: $(cat "$work/same.out")"
 	elif grep -qx 'reject reason=source-busy' "$work/server.out"; then
@@ -211,8 +210,7 @@ test_key_guesses() {
 	second_address "$t" || return 0
 	start_server "$s" --isolation mr || { fail "$t" "server did not start"; return; }
 	for i in 1 2 3 4; do
-		timeout 60 "$peer" "$RDMA_ADDR" "$server_port" req:4096 write:4096:1 \
-			>"$work/guess$i.out" 2>"$work/guess$i.err" || true
+		peer_steps "guess$i" "$server_port" req:4096 write:4096:1 || true
 		grep -qx 'write off=4096 status=IBV_WC_REM_ACCESS_ERR' "$work/guess$i.out" ||
 			wrong=$i
 	done
@@ -250,8 +248,7 @@ test_invalidate() {
 		return
 	fi
 	rkey=$(sed -n 's/^grant .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/server.out")
-	timeout 60 "$peer" "$RDMA_ADDR" "$server_port" sendinv:"$rkey" \
-		>"$work/attacker.out" 2>"$work/attacker.err" || true
+	peer_steps attacker "$server_port" "sendinv:$rkey" || true
 	# The stream must outlast the attack, or the test shows nothing.
 	seen=$(grep -c '^doorbell ' "$work/server.out" || true)
 	if await_line "$work/server.err" '^[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_REM_INV_REQ_ERR$' 10; then
