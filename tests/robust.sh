@@ -406,8 +406,7 @@ test_closed_before_established() {
 		pass "$t/server_closes_it"
 	fi
 	test_one_client "$t" "$server_port"
-	kill "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
+	end_jobs "$pid"
 	expect_stats "$t/nothing_lost"
 	stop_server || true
 }
@@ -441,8 +440,7 @@ test_burst_at_the_limit() {
 		bad="a peer was refused as server-full"
 	fi
 	if [ -n "$bad" ]; then fail "$t/all_get_in" "$bad"; else pass "$t/all_get_in"; fi
-	kill "${holders[@]}" 2>/dev/null || true
-	wait "${holders[@]}" 2>/dev/null || true
+	end_jobs "${holders[@]}"
 	expect_stats "$t/nothing_lost"
 	if stop_server; then
 		pass "$t/server_survives"
