@@ -362,24 +362,21 @@ test_server_dies() {
 # connections until the test ends them (a fixed hold time can run out
 # first on a busy machine).
 test_max_conns() {
-	local s=$1 t=$1/max_conns p1 p2
+	local s=$1 t=$1/max_conns i pids=()
 	start_server "$s" --max-conns 2 || { fail "$t" "server did not start"; return; }
-	timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
-		>"$work/hold1.out" 2>"$work/hold1.err" &
-	p1=$!
-	timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
-		>"$work/hold2.out" 2>"$work/hold2.err" &
-	p2=$!
-	if ! await_line "$work/hold1.out" '^reply' 20 || ! await_line "$work/hold2.out" '^reply' 20; then
+	for i in 1 2; do
+		timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
+			>"$work/hold$i.out" 2>"$work/hold$i.err" &
+		pids+=("$!")
+	done
+	if await_line "$work/hold1.out" '^reply' 20 && await_line "$work/hold2.out" '^reply' 20; then
+		expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
+			"$client" -p "$server_port" "$RDMA_ADDR" 4096
+		pass_if "$t/server_says_why" "no 'reject reason=server-full' line" grep -qx 'reject reason=server-full' "$work/server.out"
+	else
 		fail "$t" "the two holders were not both served: $(cat "$work"/hold?.out "$work"/hold?.err | head -c 300)"
-		end_jobs "$p1" "$p2"
-		stop_server || true
-		return
 	fi
-	expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
-		"$client" -p "$server_port" "$RDMA_ADDR" 4096
-	pass_if "$t/server_says_why" "no 'reject reason=server-full' line" grep -qx 'reject reason=server-full' "$work/server.out"
-	end_jobs "$p1" "$p2"
+	end_jobs "${pids[@]}"
 	stop_server || true
 }
 
