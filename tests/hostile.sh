@@ -368,7 +368,7 @@ test_mismatch_flood() {
 # with MISMATCH doorbells: the server must still serve the next client,
 # and stop on SIGINT.
 test_stderr_stalled() {
-	local s=$1 t=$1/stderr_stalled status=0 pid
+	local s=$1 t=$1/stderr_stalled status=0
 	server_into_fifo "$s" 'head -n 1; exec sleep 600' --stderr-too || { fail "$t" "server did not start"; return; }
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
@@ -376,14 +376,8 @@ test_stderr_stalled() {
 		>"$work/next.out" 2>"$work/next.err" || status=$?
 	pass_if "$t/next_client_served" "client exited $status: $(head -c 300 "$work/next.err")" [ "$status" = 0 ]
 	status=0
-	pid=$server_pid
 	stop_server || status=$?
-	if [ "$status" = 0 ]; then
-		pass "$t/sigint_stops_it"
-	else
-		fail "$t/sigint_stops_it" "exit status $status (124: still running 20 s after SIGINT)"
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
+	pass_if "$t/sigint_stops_it" "exit status $status (124: still running 20 s after SIGINT)" [ "$status" = 0 ]
 	end_jobs "$reader_pid"
 }
 
