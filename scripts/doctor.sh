@@ -102,7 +102,7 @@ fix_install() {
 # The module check.  "rdma link add ... type rxe" loads rdma_rxe by itself,
 # so a module on disk is as good as a loaded one.
 check_module() {
-	local what='kernel module rdma_rxe' dev
+	local what='kernel module rdma_rxe' dev found
 	for dev in "${devices[@]}"; do
 		# An rxe device names its netdev in "parent"; hardware has none.
 		if [ ! -e "$SYSFS/$dev/parent" ]; then
@@ -112,23 +112,17 @@ check_module() {
 		fi
 	done
 	case $(rxe_module) in
-	loaded)
-		rxe_available=true
-		ok "$what" "loaded"
-		;;
-	builtin)
-		rxe_available=true
-		ok "$what" "built into the kernel"
-		;;
-	on-disk)
-		rxe_available=true
-		ok "$what" "not loaded yet, but on disk ('rdma link add' loads it)"
-		;;
+	loaded) found=loaded ;;
+	builtin) found="built into the kernel" ;;
+	on-disk) found="not loaded yet, but on disk ('rdma link add' loads it)" ;;
 	*)
 		failed "$what" "this kernel ($(uname -r)) has none: not loaded, and modprobe cannot find it" \
 			"$(module_fix)"
+		return
 		;;
 	esac
+	rxe_available=true
+	ok "$what" "$found"
 }
 
 # Where rdma_rxe comes from: a container's host, a package of its own (as
