@@ -162,18 +162,16 @@ find_devices() {
 }
 
 check_device() {
-	local what='RDMA device' dev parent list=''
+	local what='RDMA device' dev parent list='' fix
 	if [ "${#devices[@]}" -eq 0 ]; then
 		if [ -n "$container" ]; then
-			failed "$what" "none in $SYSFS" \
-				"a $container container sees the host's devices: $HOST_DEVICE"
+			fix="a $container container sees the host's devices: $HOST_DEVICE"
 		elif [ "$rxe_available" = true ]; then
-			failed "$what" "none in $SYSFS" \
-				"as root: rdma link add rxe0 type rxe netdev ${suggested_netdev:-NETDEV} (a netdev with an IPv4 address, not lo)"
+			fix="as root: rdma link add rxe0 type rxe netdev ${suggested_netdev:-NETDEV} (a netdev with an IPv4 address, not lo)"
 		else
-			failed "$what" "none in $SYSFS" \
-				"none can exist without rdma_rxe (above) or an RDMA NIC"
+			fix="none can exist without rdma_rxe (above) or an RDMA NIC"
 		fi
+		failed "$what" "none in $SYSFS" "$fix"
 		return
 	fi
 	for dev in "${devices[@]}"; do
