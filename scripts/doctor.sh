@@ -232,10 +232,7 @@ check_link() {
 # ib_uverbs) and a user-space driver (rxe's is in ibverbs-providers).
 check_devinfo() {
 	local what='ibv_devinfo' out
-	if [ -z "$link_dev" ]; then
-		skip "$what" "no ACTIVE RDMA device"
-		return
-	fi
+	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	if ! command -v ibv_devinfo >/dev/null; then
 		failed "$what" "not installed" "$(fix_install ibv_devinfo ibv_devinfo)"
 		return
@@ -293,10 +290,7 @@ check_loopback() {
 
 check_address() {
 	local what='IPv4 address' addrs a index type
-	if [ -z "$link_dev" ]; then
-		skip "$what" "no ACTIVE RDMA device"
-		return
-	fi
+	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	if [ -z "$link_netdev" ]; then
 		skip "$what" "$link_dev has no netdev (InfiniBand, not RoCE): use its IPoIB address"
 		return
@@ -350,10 +344,7 @@ check_nodes() {
 		check_node 'rdma_cm device node' "$NODES/rdma_cm" \
 			"as root: modprobe rdma_ucm"
 	fi
-	if [ -z "$link_dev" ]; then
-		skip "$what" "no ACTIVE RDMA device"
-		return
-	fi
+	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	for v in /sys/class/infiniband_verbs/uverbs*; do
 		read -r ibdev <"$v/ibdev" 2>/dev/null || continue
 		[ "$ibdev" = "$link_dev" ] && node=$NODES/${v##*/}
