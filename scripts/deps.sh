@@ -141,12 +141,8 @@ main() {
 	note=$(note_of)
 	[ -z "$note" ] || say "$note"
 	case $(manager) in
-	apt)
-		cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}")
-		;;
-	dnf)
-		cmd=(dnf install -y "${pkgs[@]}")
-		;;
+	apt) cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}") ;;
+	dnf) cmd=(dnf install -y "${pkgs[@]}") ;;
 	esac
 	case $mode in
 	dry-run)
