@@ -80,7 +80,7 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe entries desc pkgs p cmd note update out
+	local mode=install purpose need probe entries desc pkgs p cmd note update out refresh=''
 	local wanted=() missing=() unavailable=() unknown=() seen=' '
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -141,7 +141,7 @@ main() {
 	note=$(note_of)
 	[ -z "$note" ] || say "$note"
 	case $(manager) in
-	apt) cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}") ;;
+	apt) cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}") refresh='sudo apt-get update && ' ;;
 	dnf) cmd=(dnf install -y "${pkgs[@]}") ;;
 	esac
 	case $mode in
@@ -158,11 +158,7 @@ main() {
 	esac
 	if [ "$(id -u)" != 0 ]; then
 		say "missing for ${wanted[*]}: ${missing[*]}; as root, run:"
-		if [ "${cmd[0]}" = apt-get ]; then
-			echo "  sudo apt-get update && sudo ${cmd[*]}" >&2
-		else
-			echo "  sudo ${cmd[*]}" >&2
-		fi
+		echo "  ${refresh}sudo ${cmd[*]}" >&2
 		return 1
 	fi
 	say "installing for ${wanted[*]}: ${pkgs[*]}"
