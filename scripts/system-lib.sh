@@ -154,9 +154,7 @@ run_dir() {
 
 publish_dir() {
 	rm -rf "$1.old"
-	if [ -e "$2" ]; then
-		mv -T "$2" "$1.old" || return 1
-	fi
+	[ ! -e "$2" ] || mv -T "$2" "$1.old" || return 1
 	mv -T "$1" "$2" && rm -rf "$1.old"
 }
 
