@@ -291,7 +291,7 @@ choose_accel() {
 # Checks the prerequisites and sets what every boot needs: vm_ver and
 # vm_root (the kernel), vm_initramfs and vm_accel.
 vm_prepare() {
-	local path
+	local path from
 	# These paths go on the kernel command line (split at spaces) and into
 	# qemu options (split at commas): checked before anything is installed
 	# or fetched.
@@ -308,11 +308,9 @@ vm_prepare() {
 	mkdir -p "$vmdir"
 	vm_initramfs=$(build_initramfs "$vm_ver" "$vm_root")
 	choose_accel
-	if [ "$vm_root" = / ]; then
-		say "kernel $vm_ver, from /boot"
-	else
-		say "kernel $vm_ver, from $vm_root"
-	fi
+	from=$vm_root
+	[ "$from" != / ] || from=/boot
+	say "kernel $vm_ver, from $from"
 }
 
 # The script the guest runs: cd to the caller's directory, set the passed
