@@ -189,10 +189,7 @@ check_device() {
 # not on lo (see check_address).
 check_link() {
 	local what='link state' links dev words i port state netdev first='' down=''
-	if [ "${#devices[@]}" -eq 0 ]; then
-		skip "$what" "no RDMA device"
-		return
-	fi
+	[ "${#devices[@]}" -gt 0 ] || { skip "$what" "no RDMA device"; return; }
 	if ! command -v rdma >/dev/null; then
 		failed "$what" "no 'rdma' command to ask" "$(fix_install rdma-tool rdma)"
 		return
@@ -291,10 +288,7 @@ check_loopback() {
 check_address() {
 	local what='IPv4 address' addrs a index type
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
-	if [ -z "$link_netdev" ]; then
-		skip "$what" "$link_dev has no netdev (InfiniBand, not RoCE): use its IPoIB address"
-		return
-	fi
+	[ -n "$link_netdev" ] || { skip "$what" "$link_dev has no netdev (InfiniBand, not RoCE): use its IPoIB address"; return; }
 	addrs=$(ip -4 -o addr show dev "$link_netdev" | awk '{ sub("/.*", "", $4); print $4 }')
 	for a in $addrs; do
 		[[ $a == 127.* ]] && continue
