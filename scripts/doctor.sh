@@ -41,9 +41,7 @@ VM_HINT="make demo and make test run everything in a VM that has Soft-RoCE; scri
 # In a container the kernel, its modules and its devices are the host's.
 HOST_DEVICE="on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband"
 
-n_ok=0
-n_failed=0
-n_skipped=0
+n_ok=0 n_failed=0 n_skipped=0
 
 # What the checks found, for later ones (container: detect_container).
 suggested_netdev='' # a netdev to suggest for "rdma link add"
