@@ -79,7 +79,7 @@ main() {
 	ver=${pkg#linux-image-}
 	dir=$KERNEL_CACHE/$ver
 	if [ ! -e "$dir/boot/vmlinuz-$ver" ]; then
-		echo "$vm_prog: fetching $pkg from $suite" >&2
+		say "fetching $pkg from $suite"
 		stage=$(mktemp -d "$KERNEL_CACHE/fetch.XXXXXX")
 		(cd "$stage" && apt-get -qq "${opts[@]}" download "$pkg") ||
 			die "apt-get download $pkg failed"

@@ -389,13 +389,11 @@ job_status() {
 		return 0
 	fi
 	if [ "$status" -eq 124 ]; then
-		echo "$vm_prog: $what timed out after ${VM_TIMEOUT}s" \
-			"(VM_TIMEOUT)" >&2
+		say "$what timed out after ${VM_TIMEOUT}s (VM_TIMEOUT)"
 	else
-		echo "$vm_prog: $what stopped without reporting the exit" \
-			"status of '$cmd' (qemu exit $status: setup failed, the" \
-			"kernel crashed or qemu was stopped; see the messages" \
-			"above)" >&2
+		say "$what stopped without reporting the exit status of" \
+			"'$cmd' (qemu exit $status: setup failed, the kernel" \
+			"crashed or qemu was stopped; see the messages above)"
 	fi
 	return 1
 }

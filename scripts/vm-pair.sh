@@ -154,8 +154,7 @@ grace() {
 		kill -0 "$pid" 2>/dev/null || return 0
 		sleep 0.1
 	done
-	echo "$vm_prog: one VM ended ${VM_GRACE}s ago and the other still" \
-		"runs: stopping it (VM_GRACE)" >&2
+	say "one VM ended ${VM_GRACE}s ago and the other still runs: stopping it (VM_GRACE)"
 	stop_qemu "$job"
 }
 

@@ -63,7 +63,7 @@ main() {
 		if [ "$try" = 2 ] || [ "$status" = 124 ] || [ -e "$job/started" ]; then
 			break
 		fi
-		echo "vm-run: the VM stopped before '$*' started (qemu exit $status): booting it once more" >&2
+		say "the VM stopped before '$*' started (qemu exit $status): booting it once more"
 	done
 
 	rc=$(job_status "$job" "$status" "the VM" "$*") || exit 1
