@@ -323,13 +323,9 @@ write_job() {
 	for name in "${names[@]}"; do
 		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] ||
 			die "VM_PASS_ENV: '$name' is not a variable name"
-		if [ -n "${!name+set}" ]; then
-			printf 'export %s=%q\n' "$name" "${!name}"
-		fi
+		[ -z "${!name+set}" ] || printf 'export %s=%q\n' "$name" "${!name}"
 	done
-	printf 'exec'
-	printf ' %q' "$@"
-	printf '\n'
+	printf 'exec%s\n' "$(printf ' %q' "$@")"
 }
 
 # boot_vm JOB MEGABYTES CPUS [QEMU_ARGS...]: one VM, until its guest powers
