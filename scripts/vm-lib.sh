@@ -271,11 +271,9 @@ choose_accel() {
 		# reaches it (timeout(1) otherwise moves to a group of its own).
 		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
 			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
-		if [[ $out == *"vm-probe: booted"* ]]; then
-			echo kvm >"$cache"
-		else
-			echo tcg >"$cache"
-		fi
+		vm_accel=tcg
+		[[ $out != *"vm-probe: booted"* ]] || vm_accel=kvm
+		echo "$vm_accel" >"$cache"
 	fi
 	vm_accel=$(cat "$cache")
 	if [ "$vm_accel" = kvm ]; then
