@@ -152,10 +152,12 @@ done
 
 # ---- running things ---------------------------------------------------------
 
-# server_start PROGRAM [OPTIONS...]: in the background, logging to
-# $work/server.out; returns once it listens.
+# server_start "PROGRAM [OPTIONS...]" [MORE...]: in the background (the
+# entry split at spaces), logging to $work/server.out; returns once it listens.
 server_start() {
-	"$top/$1" --port 0 "${@:2}" >"$work/server.out" 2>"$work/server.err" &
+	local -a argv
+	read -r -a argv <<<"$1"
+	"$top/${argv[0]}" --port 0 "${argv[@]:1}" "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	port=$(listen_port "$work/server.out" "$server_pid") ||
 		die "$* did not listen: $(cat "$work/server.err")"
@@ -501,15 +503,14 @@ printf 'what\tround\tmedian_us\tp99_us\tidle_pct\n' >"$latency"
 # 2x from run to run, so every row of the report is a median over many.
 measure_latency() {
 	local r c entry a b idle
-	local -a server rows
+	local -a rows
 	say "latency"
 	write_lat
 	printf 'ib_write_lat\t1\t%s\t-\n' "$lat_row" >>"$latency"
 	for ((r = 1; r <= lat_rounds; r++)); do
 		for entry in "${latency_servers[@]}"; do
 			say "latency, round $r of $lat_rounds: $entry"
-			read -r -a server <<<"$entry"
-			server_start "${server[@]}"
+			server_start "$entry"
 			rows=()
 			for ((c = 1; c <= lat_clients; c++)); do
 				client_checked lat -n "$lat_doorbells" -k 1 -w 1
@@ -537,11 +538,9 @@ printf 'server\tidle_s\tidle_cpu_s\tload_s\tload_cpu_s\n' >"$cpu"
 measure_cpu() {
 	local server hz a b c start end i pids from rung
 	hz=$(getconf CLK_TCK)
-	local -a argv
 	for server in "${servers[@]}"; do
 		say "CPU time of $server"
-		read -r -a argv <<<"$server"
-		server_start "${argv[@]}"
+		server_start "$server"
 		sleep 1 # let it settle after start-up
 		a=$(server_cpu)
 		sleep "$idle_seconds"
@@ -578,12 +577,10 @@ printf 'server\tclients\twrites\tdoorbells\twall_s\tcpu_s\tslowest_s\trnr_naks\n
 # How each server copes with more clients at once.
 measure_scale() {
 	local entry n
-	local -a server
 	for entry in "${scale_servers[@]}"; do
 		say "scaling of $entry"
-		read -r -a server <<<"$entry"
 		# All the clients come from one address, at once.
-		server_start "${server[@]}" \
+		server_start "$entry" \
 			--pool-size "$((scale_slice * scale_clients[-1]))" \
 			--handshakes-per-source "${scale_clients[-1]}"
 		# The first client makes the server open the device (pool MR,
