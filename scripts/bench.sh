@@ -57,11 +57,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -le 1 ] || usage_error "one OUTDIR at most, not '$*'"
-smoke=0
-[ "$mode" != smoke ] || smoke=1
 final=${1:-$top/bench-results}
 
-if [ "$smoke" = 1 ]; then
+if [ "$mode" = smoke ]; then
 	writes=320 ks=(16) windows=(1 4) rounds=1 step_k=16
 	lat_doorbells=200 idle_seconds=1 load_clients=2 load_writes=300
 	scale_clients=(1 4) scale_writes=640
@@ -98,9 +96,7 @@ tick_server=rdma_pool_server
 # the CQ at every wake-up) and with its default hybrid polling.
 servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
-if [ "$smoke" = 1 ]; then
-	scale_servers=("$tick_server" "$ev_server")
-fi
+[ "$mode" != smoke ] || scale_servers=("$tick_server" "$ev_server")
 port=         # the server's that runs: the CM picks it (--port 0)
 pt_port=18600 # perftest's, a fresh one per run (one bench at a time)
 
