@@ -137,9 +137,9 @@ cpu_median() {
 }
 
 # headline_section: the client at its K against ib_write_bw at its best.
-ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
 headline_section() {
-	local k n pt w row tag server
+	local k n pt w row tag
+	local -A server=([ev]=rdma_srq_pool_server_ev [tick]=rdma_pool_server)
 	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
 	n=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$headline")
 	pt=$(median "$headline" "ib_write_bw -l -Q" "$k" - range)
@@ -149,11 +149,9 @@ headline_section() {
 	echo "|---|---:|---:|---:|---:|---|---:|---:|"
 	echo "| ib_write_bw -s 4 -R -l $k -Q $k | $pt | 1.00 | - | - | - | - | - |"
 	for tag in ev tick; do
-		server=$ev_server
-		[ "$tag" = ev ] || server=$tick_server
 		for w in 1 4; do
 			IFS=$'\t' read -r -a row <<<"$(headline_ratios "$tag" "$w")"
-			echo "| rdma_pool_client -k $k -w $w against $server | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
+			echo "| rdma_pool_client -k $k -w $w against ${server[$tag]} | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
 		done
 	done
 	echo
