@@ -341,10 +341,8 @@ for k in $ks; do
 	echo
 done >"$out/plot.dat"
 plots="$bw title 'ib_write_bw -s 4' with lines dashtype 2 linewidth 2"
-col=2
-for w in "${wins[@]}"; do
-	plots+=", '$out/plot.dat' using 1:$col title 'rdma_pool_client, W=$w' with linespoints linewidth 2"
-	col=$((col + 1))
+for i in "${!wins[@]}"; do
+	plots+=", '$out/plot.dat' using 1:$((i + 2)) title 'rdma_pool_client, W=${wins[i]}' with linespoints linewidth 2"
 done
 # The second: aggregate writes/s against clients, one line per server (a
 # block of scale.dat each, in the order they ran).
@@ -354,8 +352,7 @@ awk -F'\t' 'NR > 1 {
 }' "$scale" >"$out/scale.dat"
 scale_plots='' index=0
 while IFS= read -r server; do
-	scale_plots+="${scale_plots:+, }'$out/scale.dat' index $index using 1:2 title '$server' with linespoints linewidth 2"
-	index=$((index + 1))
+	scale_plots+="${scale_plots:+, }'$out/scale.dat' index $((index++)) using 1:2 title '$server' with linespoints linewidth 2"
 done <<<"$(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$scale")"
 clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
 # The third: the event-driven server's round trip (median, p99) and idle
