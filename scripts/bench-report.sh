@@ -186,9 +186,8 @@ headline_section() {
 bw=$(median "$rates" ib_write_bw - -)
 rounds=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$rates")
 ks=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $2 }' "$rates" | sort -nu)
-windows=$(awk -F'\t' 'NR > 1 && $1 == "client" { print $3 }' "$rates" | sort -nu)
+read -r -a wins <<<"$(awk -F'\t' 'NR > 1 && $1 == "client" { print $3 }' "$rates" | sort -nu | tr '\n' ' ')"
 step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
-read -r -a wins <<<"$(echo "$windows" | tr '\n' ' ')"
 
 {
 	echo "## Message rate: 4-byte RDMA WRITEs, against rdma_srq_pool_server_ev"
