@@ -2,36 +2,34 @@
 # The protocol working as it should, against one server: sourced by e2e.sh
 # after lib.sh. Each test_* function takes the server's name and port.
 
-test_one_client() {
-	local t=$1/one_client port=$2 why status=0
-	run_client one "$port" "$RDMA_ADDR" 10000 -n 1000 -k 32 || status=$?
+# client_session T NAME PORT SIZE N K GRANTED [OPTIONS...]: test T, the
+# client's run NAME asking SIZE bytes, N writes with a doorbell every K:
+# it must exit 0 and check_session must find all of it.
+client_session() {
+	local t=$1 name=$2 port=$3 size=$4 n=$5 k=$6 granted=$7 status=0 why
+	shift 7
+	run_client "$name" "$port" "$RDMA_ADDR" "$size" -n "$n" -k "$k" "$@" || status=$?
 	if [ "$status" != 0 ]; then
-		fail "$t" "client exited $status ($(head -c 300 "$work/one.err"))"
-	elif why=$(check_session one 1000 32 12288); then
+		fail "$t" "client exited $status ($(head -c 300 "$work/$name.err"))"
+	elif why=$(check_session "$name" "$n" "$k" "$granted"); then
 		pass "$t"
 	else
 		fail "$t" "$why"
 	fi
 }
 
+test_one_client() {
+	client_session "$1/one_client" one "$2" 10000 1000 32 12288
+}
+
 # The client's ways of posting (see make bench): several doorbells in
 # flight, values from registered memory, one ibv_post_send per write. The
 # protocol must not notice: every doorbell in order, value == seq.
 test_client_modes() {
-	local t=$1/client_modes port=$2 mode n k name status why
+	local mode
 	for mode in "-w 3" "--no-inline --post-each" "-w 8 --no-inline"; do
-		n=1000 k=7
-		name=mode_${mode// /}
-		status=0
 		# shellcheck disable=SC2086 # the options are words
-		run_client "$name" "$port" "$RDMA_ADDR" 10000 -n "$n" -k "$k" $mode || status=$?
-		if [ "$status" != 0 ]; then
-			fail "$t/${mode// /}" "client exited $status ($(head -c 300 "$work/$name.err"))"
-		elif why=$(check_session "$name" "$n" "$k" 12288); then
-			pass "$t/${mode// /}"
-		else
-			fail "$t/${mode// /}" "$why"
-		fi
+		client_session "$1/client_modes/${mode// /}" "mode_${mode// /}" "$2" 10000 1000 7 12288 $mode
 	done
 }
 
