@@ -276,9 +276,8 @@ test_client_killed() {
 		>"$work/victim.out" 2>"$work/victim.err" &
 	local pid=$!
 	if ! await_line "$work/victim.out" '^doorbell seq=' 20; then
-		fail "$t" "the victim never rang a doorbell"
-		kill -KILL "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null || true
+		fail "$t" "the victim never rang a doorbell: $(head -c 300 "$work/victim.err")"
+		end_jobs "$pid"
 		return
 	fi
 	kill -KILL "$pid"
