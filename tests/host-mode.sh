@@ -140,11 +140,7 @@ test_demo_kernel_view() {
 	elif [ "$(block "$log" "after the server's exit" | grep -vc '(none of theirs)$')" != 0 ]; then
 		why="something of theirs was left: $(block "$log" "after the server's exit" | tr '\n' '|')"
 	fi
-	if [ -n "$why" ]; then
-		fail demo/kernel_view "$why: $(echo "$rows" | tr '\n' '|')"
-	else
-		pass demo/kernel_view
-	fi
+	pass_unless demo/kernel_view "${why:+$why: $(echo "$rows" | tr '\n' '|')}"
 }
 
 # The end-to-end tests, with a second device (SOFT_ROCE_DEVICES=2) for the
@@ -246,11 +242,7 @@ test_interrupt() {
 	elif [ -z "$why" ] && [ "$status" != "$want" ]; then
 		why="the harness exited $status, not by SIG$sig ($want)"
 	fi
-	if [ -n "$why" ]; then
-		fail "$name" "$why: $(tail -n 5 "$dir/log" | tr '\n' '|')"
-	else
-		pass "$name"
-	fi
+	pass_unless "$name" "${why:+$why: $(tail -n 5 "$dir/log" | tr '\n' '|')}"
 	# Whatever the outcome, the next test starts clean.
 	# shellcheck disable=SC2046 # PIDs, one word each
 	[ -z "$left" ] || kill -KILL $(cut -d' ' -f1 <<<"$left") 2>/dev/null || true
@@ -283,11 +275,7 @@ test_two_demos() {
 	if [ -z "$why" ] && [ "$after" != "$before" ]; then
 		why="left behind: $(left_behind "$before" "$after")"
 	fi
-	if [ -n "$why" ]; then
-		fail two_demos_at_once "$why"
-	else
-		pass two_demos_at_once
-	fi
+	pass_unless two_demos_at_once "$why"
 	modules_restore
 }
 
@@ -324,7 +312,7 @@ test_demo_beside_churn() {
 	elif [ "$(machine_state devices)" != "$before" ]; then
 		why="left behind: $(left_behind "$before" "$(machine_state devices)")"
 	fi
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 	modules_restore
 }
 
@@ -362,7 +350,7 @@ test_overlapping_runs() {
 	modules_restore
 	[ "$(machine_state)" = "$before" ] ||
 		why+="left behind: $(left_behind "$before" "$(machine_state)")"
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 }
 
 # test_stopped NAME TEST READY: Ctrl-C to this stage itself while it runs
@@ -398,7 +386,7 @@ test_stopped() {
 		why="left behind: $(left_behind "$before" "$(machine_state)")"
 	[ -n "$why" ] || [ -z "$(find "$dir" -mindepth 1 ! -name log)" ] ||
 		why="left in its TMPDIR: $(find "$dir" -mindepth 1 -maxdepth 1 ! -name log | tr '\n' ' ')"
-	if [ -n "$why" ]; then fail "$t" "$why: $(tail -n 3 "$dir/log" | tr '\n' '|')"; else pass "$t"; fi
+	pass_unless "$t" "${why:+$why: $(tail -n 3 "$dir/log" | tr '\n' '|')}"
 }
 
 # This stage beside another run (another make test or make demo as root):
@@ -420,7 +408,7 @@ test_beside_another_run() {
 			why="the stage beside it exited $status: $(grep '^not ok ' "$dir/log" | head -n 2 | tr '\n' '|')"
 	fi
 	finish
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 	modules_restore
 }
 
@@ -474,11 +462,7 @@ test_leftover() {
 			ip link delete "$name" 2>/dev/null || true
 		done
 	fi
-	if [ -n "$why" ]; then
-		fail leftover_removed "$why: $(tr '\n' '|' <"$log")"
-	else
-		pass leftover_removed
-	fi
+	pass_unless leftover_removed "${why:+$why: $(tr '\n' '|' <"$log")}"
 	modules_restore
 }
 
@@ -558,11 +542,7 @@ test_demo_client_dies() {
 	[ -z "$left" ] || why+="left in TMPDIR: $(echo "$left" | tr '\n' ' '); "
 	[ "$(machine_state)" = "$before" ] ||
 		why+="left behind: $(left_behind "$before" "$(machine_state)"); "
-	if [ -n "$why" ]; then
-		fail demo/client_dies "$why$(tail -n 3 "$dir/log" | tr '\n' '|')"
-	else
-		pass demo/client_dies
-	fi
+	pass_unless demo/client_dies "${why:+$why$(tail -n 3 "$dir/log" | tr '\n' '|')}"
 }
 
 if [ "$(id -u)" != 0 ] && [ -z "$(machine_ports)" ]; then

@@ -301,7 +301,7 @@ EOF
 	elif [ -z "$why" ] && ! grep -q 'with-build.sh: another make in this checkout uses programs built with other flags' "$d/second.out"; then
 		why="the second did not say that it waits"
 	fi
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 }
 
 # No network, as on a fresh machine: the archive's lists never fetched and
@@ -413,7 +413,7 @@ test_static_probe() {
 	done
 	! static_elf "$work/dynamic" || why+="dynamic taken for static; "
 	! static_elf "$top/tests/os-release/debian-12" || why+="a text file taken for a program; "
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 }
 
 # table_meaning TABLE: for each need of TABLE whose probe finds a file here
@@ -710,7 +710,7 @@ test_run_signal() {
 		why="run.sh exited $status, not by SIG$sig"
 	fi
 	[ ! -s "$d/sleep.pid" ] || kill "$(cat "$d/sleep.pid")" 2>/dev/null || true
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 }
 
 report_plan

@@ -102,13 +102,9 @@ test_vm_interrupt() {
 		compgen -G "$top/wire-results.run.*" >/dev/null; }; then
 		why="wire-results/ was replaced, or this run's folder left beside it"
 	fi
-	if [ -n "$why" ]; then
-		fail "$name" "$why: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')"
-		# shellcheck disable=SC2046 # PIDs, one word each
-		kill -KILL $(qemus "$job") 2>/dev/null || true
-	else
-		pass "$name"
-	fi
+	pass_unless "$name" "${why:+$why: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')}"
+	# shellcheck disable=SC2046 # PIDs, one word each
+	[ -z "$why" ] || kill -KILL $(qemus "$job") 2>/dev/null || true
 }
 
 # Ctrl-C while vm-run.sh's KVM probe runs (a qemu of its own, for up to
@@ -140,7 +136,7 @@ test_probe_interrupt() {
 	# shellcheck disable=SC2086
 	kill -KILL $probe 2>/dev/null || true
 	[ ! -e "$cache.kept" ] || mv "$cache.kept" "$cache"
-	if [ -n "$why" ]; then fail "$name" "$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')"; else pass "$name"; fi
+	pass_unless "$name" "${why:+$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')}"
 }
 
 report_plan
