@@ -67,6 +67,14 @@ skip() {
 	done
 }
 
+# needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
+# the test needs root (under CI, a failure).
+needs_root() {
+	[ "$(id -u)" = 0 ] && return 0
+	skip "$1" "needs root, to $2"
+	return 1
+}
+
 # report_end: true if nothing failed.
 report_end() {
 	[ "$failed" = 0 ]

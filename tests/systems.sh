@@ -111,10 +111,7 @@ test_unknown_system() {
 # at once.
 test_root_build() {
 	local t=make/root_owned_build dir status=0 out=$work/root-build.out
-	if [ "$(id -u)" != 0 ]; then
-		skip "$t" "needs root, to make a build/ that is not the user's"
-		return
-	fi
+	needs_root "$t" "make a build/ that is not the user's" || return 0
 	open_copy # a folder nobody can reach
 	dir=$open_top/root-build
 	mkdir -p "$dir/build"
@@ -162,10 +159,7 @@ doctor_fix() {
 	local name=$1 hide=()
 	shift
 	if [ "$(rxe_module)" != none ]; then
-		if [ "$(id -u)" != 0 ]; then
-			skip "doctor/$name" "needs root, to hide this kernel's rdma_rxe in a mount namespace"
-			return 1
-		fi
+		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 1
 		# This kernel's version, from here: ENV may stand uname in.
 		# shellcheck disable=SC2016 # expanded by sh
 		hide=(unshare --mount sh -c 'mount -t tmpfs none /sys/module &&
@@ -217,10 +211,7 @@ test_doctor_fixes() {
 # limits.conf: the doctor says so to an ordinary user with too low a limit.
 test_doctor_container_memlock() {
 	local t=doctor/container_memlock line
-	if [ "$(id -u)" != 0 ]; then
-		skip "$t" "needs root, to run as another user with a low ulimit -l (prlimit, setpriv)"
-		return
-	fi
+	needs_root "$t" "run as another user with a low ulimit -l (prlimit, setpriv)" || return 0
 	open_copy
 	container=docker prlimit --memlock=$((1024 * 1024)) \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
@@ -623,8 +614,7 @@ touch "%s/busy"; sleep 2; rm -f "%s/busy"
 # package would change what this machine boots next).
 test_vm_kernel_no_rxe_in_boot() {
 	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing ver fetched
-	if [ "$(id -u)" != 0 ]; then
-		skip "$t" "needs root, to hide /boot in a mount namespace"
+	if ! needs_root "$t" "hide /boot in a mount namespace"; then
 		skip "vm_kernel/fetched_version_in_boot_too" "needs root, as above"
 		return
 	fi
