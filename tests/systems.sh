@@ -151,46 +151,37 @@ test_not_root() {
 	fi
 }
 
-# doctor_fix NAME ENV... : make doctor on a machine without rdma_rxe, as
-# that system (OS_RELEASE, container in ENV), into $work/NAME.out.  Where
-# this kernel has rdma_rxe it is hidden, in a mount namespace of its own
-# (root only): its modules, loaded and on disk.
+# doctor_fix NAME WANT ENV... : make doctor on a machine without rdma_rxe,
+# as that system (OS_RELEASE, container in ENV), into $work/NAME.out; the
+# fix line after "FAIL kernel module rdma_rxe: ..." there must be WANT.
+# Where this kernel has rdma_rxe it is hidden, in a mount namespace of its
+# own (root only): its modules, loaded and on disk.
 doctor_fix() {
-	local name=$1 hide=()
-	shift
+	local name=$1 want=$2 hide=() got check='kernel module rdma_rxe'
+	shift 2
 	if [ "$(rxe_module)" != none ]; then
-		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 1
+		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 0
 		# This kernel's version, from here: ENV may stand uname in.
 		# shellcheck disable=SC2016 # expanded by sh
 		hide=(unshare --mount sh -c 'mount -t tmpfs none /sys/module &&
 			mount -t tmpfs none "/lib/modules/$1" && shift && exec "$@"' sh "$(uname -r)")
 	fi
 	env "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
-}
-
-# expect_fix NAME CHECK WANT: the fix line after "FAIL CHECK: ..." in
-# $work/NAME.out is WANT.
-expect_fix() {
-	local got
-	got=$(grep -A1 "^FAIL $2: " "$work/$1.out" | sed -n 's/^     fix: //p' | head -n 1)
-	if [ "$got" = "$3" ]; then
-		pass "doctor/$1"
+	got=$(grep -A1 "^FAIL $check: " "$work/$name.out" | sed -n 's/^     fix: //p' | head -n 1)
+	if [ "$got" = "$want" ]; then
+		pass "doctor/$name"
 	else
-		fail "doctor/$1" "fix for '$2' is [$got], want [$3]"
+		fail "doctor/$name" "fix for '$check' is [$got], want [$want]"
 	fi
 }
 
 test_doctor_fixes() {
-	local module='kernel module rdma_rxe'
-	if doctor_fix ubuntu container= OS_RELEASE="$fixtures/ubuntu-24.04"; then
-		expect_fix ubuntu "$module" "sudo $APT linux-modules-extra-$KVER (rdma_rxe is packaged apart from the kernel here)"
-	fi
-	if doctor_fix fedora container= OS_RELEASE="$fixtures/fedora-42"; then
-		expect_fix fedora "$module" "sudo dnf install -y kernel-modules-$KVER (rdma_rxe is packaged apart from the kernel here)"
-	fi
-	if doctor_fix debian container= OS_RELEASE="$fixtures/debian-12"; then
-		expect_fix debian "$module" "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
-	fi
+	doctor_fix ubuntu "sudo $APT linux-modules-extra-$KVER (rdma_rxe is packaged apart from the kernel here)" \
+		container= OS_RELEASE="$fixtures/ubuntu-24.04"
+	doctor_fix fedora "sudo dnf install -y kernel-modules-$KVER (rdma_rxe is packaged apart from the kernel here)" \
+		container= OS_RELEASE="$fixtures/fedora-42"
+	doctor_fix debian "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there" \
+		container= OS_RELEASE="$fixtures/debian-12"
 	# Debian's cloud kernel is built without rdma_rxe (its
 	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
 	# kernel has it: uname -r is stood in for.
@@ -199,12 +190,10 @@ test_doctor_fixes() {
 	printf '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
 		"$(command -v uname)" >"$work/cloud/uname"
 	chmod +x "$work/cloud/uname"
-	if doctor_fix debian_cloud container= OS_RELEASE="$fixtures/debian-12" PATH="$work/cloud:$PATH"; then
-		expect_fix debian_cloud "$module" "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo apt-get install -y --no-install-recommends linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")"
-	fi
-	if doctor_fix container container=podman OS_RELEASE="$fixtures/ubuntu-24.04"; then
-		expect_fix container "$module" "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM"
-	fi
+	doctor_fix debian_cloud "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo apt-get install -y --no-install-recommends linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
+		container= OS_RELEASE="$fixtures/debian-12" PATH="$work/cloud:$PATH"
+	doctor_fix container "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM" \
+		container=podman OS_RELEASE="$fixtures/ubuntu-24.04"
 }
 
 # A container's locked-memory limit is set where it starts, not in
