@@ -212,15 +212,11 @@ test_interrupt() {
 		reader=$!
 		err=$dir/stderr
 	fi
-	# A process group of its own, as a terminal's job has (set -m: without
-	# it bash starts background commands with SIGINT ignored, and a script
-	# cannot trap what it inherits ignored), and the signal's default
-	# action (under nohup, make test would inherit SIGHUP ignored).
-	set -m
-	env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
-		"$dir" "$top" >"$dir/log" 2>"$err" &
+	# The signal's default action: under nohup, make test would inherit
+	# SIGHUP ignored.
+	as_job env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
+		"$dir" "$top" >"$dir/log" 2>"$err"
 	harness=$!
-	set +m
 	if ! wait_until "$harness" 60 grep -qs '^granted ' "$dir/client"; then
 		kill -TERM "$harness" 2>/dev/null || true
 		wait "$harness" || true
@@ -362,11 +358,9 @@ test_stopped() {
 	local t=stopped/$1 dir=$work/stopped-$1 stage before below='' why=''
 	mkdir "$dir"
 	before=$(machine_state)
-	set -m
-	HOST_MODE_TESTS=$2 TMPDIR=$dir env --default-signal=INT "$top/tests/host-mode.sh" \
-		>"$dir/log" 2>&1 &
+	HOST_MODE_TESTS=$2 TMPDIR=$dir as_job env --default-signal=INT "$top/tests/host-mode.sh" \
+		>"$dir/log" 2>&1
 	stage=$!
-	set +m
 	! wait_until "$stage" 90 in_stage "$dir" "$3" || below=$(descendants "$stage")
 	if [ -z "$below" ]; then
 		why="never got to '$3'"

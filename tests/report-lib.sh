@@ -80,6 +80,16 @@ report_end() {
 	[ "$failed" = 0 ]
 }
 
+# as_job CMD...: CMD in the background as a terminal's job, in a process
+# group of its own (set -m: without it bash starts a background command
+# with SIGINT ignored, and a script cannot trap what it inherits ignored);
+# $! is its PID.
+as_job() {
+	set -m
+	"$@" &
+	set +m
+}
+
 # signal_job PID group|alone SIG SECONDS: SIG to the job PID (started under
 # set -m: a process group of its own) or to its whole group, as a terminal
 # sends Ctrl-C; then up to SECONDS for it to end.  Sets job_status to its

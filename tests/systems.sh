@@ -356,11 +356,9 @@ test_vm_stopped_while_packing() {
 	printf '#!/bin/sh\ntouch "%s/packing"\nexec sleep 30\n' "$bin" >"$bin/cpio"
 	chmod +x "$bin/cpio"
 	ln -s "$cache" "$work/kernels-link"
-	set -m
 	KERNEL_CACHE=$work/kernels-link VM_KERNEL=$ver PATH=$bin:$PATH \
-		"$top/scripts/vm-run.sh" true >"$work/packing.err" 2>&1 &
+		as_job "$top/scripts/vm-run.sh" true >"$work/packing.err" 2>&1
 	run=$!
-	set +m
 	if ! wait_until "$run" 60 test -e "$bin/packing"; then
 		fail "$t" "it never packed: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
 	elif ! signal_job "$run" group TERM 10; then
@@ -674,10 +672,8 @@ test_run_signal() {
 	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
 	printf '#!/bin/sh\nsleep 600 &\necho $! >"%s/sleep.pid"\nwait\n' "$d" >"$d/tests/unit_common"
 	chmod +x "$d/tests/unit_common"
-	set -m # a process group of its own, SIGINT not ignored: a terminal's job
-	env --default-signal="$sig" "$d/tests/run.sh" >"$d/log" 2>&1 &
+	as_job env --default-signal="$sig" "$d/tests/run.sh" >"$d/log" 2>&1
 	run=$!
-	set +m
 	wait_until "$run" 10 test -s "$d/sleep.pid" || true
 	signal_job "$run" "$target" "$sig" 10 || why="run.sh still runs 10 s after SIG$sig"
 	status=$job_status

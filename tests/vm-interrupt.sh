@@ -70,14 +70,10 @@ test_vm_interrupt() {
 		cat "$err" >"$log.err" &
 		reader=$!
 	fi
-	# A process group of its own, as a terminal's job has (set -m; without
-	# it bash starts a background command with SIGINT ignored), and the
-	# signal's default action: a script cannot trap a signal it inherits
-	# ignored, and under nohup make test would inherit SIGHUP ignored.
-	set -m
-	env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>"$err" &
+	# The signal's default action: a script cannot trap a signal it
+	# inherits ignored, and under nohup make test would inherit SIGHUP ignored.
+	as_job env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>"$err"
 	run=$!
-	set +m
 	# Until its own VM runs (not another run's): its folder, from the look
 	# that found it (a second look missed it once, beside wire.sh's VMs).
 	wait_until "$run" 60 vm_below "$run" >"$log.job" || true
@@ -118,10 +114,8 @@ test_probe_interrupt() {
 	fi
 	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id)
 	mv "$cache" "$cache.kept" 2>/dev/null || true
-	set -m
-	env --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1 &
+	as_job env --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1
 	run=$!
-	set +m
 	if wait_until "$run" 60 below "$run" ' vm_probe=1' >/dev/null; then
 		probe=$(below "$run" ' vm_probe=1' | awk '{ print $1 }') || true
 	fi
