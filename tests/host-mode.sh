@@ -80,10 +80,10 @@ else
 	want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
 fi
 
-# check_run NAME LOG STATUS BEFORE: the mode soft-roce.sh chose, and the
+# check_run NAME LOG BEFORE: the mode soft-roce.sh chose, and the
 # machine as it was.
 check_run() {
-	local name=$1 log=$2 status=$3 before=$4 after
+	local name=$1 log=$2 before=$3 after
 	after=$(machine_state)
 	if ! grep -Eq "$want_mode" "$log"; then
 		fail "$name/chooses_host_mode" "no line matching '$want_mode': $(grep '^soft-roce:' "$log" | tr '\n' '|')"
@@ -112,7 +112,7 @@ test_demo() {
 		pass demo/runs
 		test_demo_kernel_view "$log"
 	fi
-	check_run demo "$log" "$status" "$before"
+	check_run demo "$log" "$before"
 }
 
 # block LOG TITLE: the rows of the demo's kernel view headed TITLE.
@@ -153,7 +153,7 @@ test_e2e() {
 	if [ "$status" != 0 ] && ! grep -q '^not ok ' "$log"; then
 		fail e2e/runs "exited $status before its tests reported"
 	fi
-	check_run e2e "$log" "$status" "$before"
+	check_run e2e "$log" "$before"
 }
 
 # left_behind BEFORE AFTER: the lines of machine state AFTER has and
@@ -202,7 +202,7 @@ ours() {
 # when the signal comes (a dead tee; a closed terminal fails writes too).
 test_interrupt() {
 	local name=$1 sig=$2 target=$3 dir=$work/${1//\//_} before
-	local harness status left why='' want reader='' err
+	local harness left why='' want reader='' err
 	mkdir "$dir"
 	before=$(machine_state)
 	err=$dir/log
@@ -228,15 +228,14 @@ test_interrupt() {
 		wait "$reader" 2>/dev/null || true
 	fi
 	signal_job "$harness" "$target" "$sig" 20 || why="the harness still runs 20 s after SIG$sig"
-	status=$job_status
 	want=$((128 + $(kill -l "$sig")))
 	left=$(ours "$dir")
 	if [ -z "$why" ] && [ -n "$left" ]; then
 		why="still running: $(echo "$left" | tr '\n' '|')"
 	elif [ -z "$why" ] && [ "$(machine_state)" != "$before" ]; then
 		why="left behind: $(left_behind "$before" "$(machine_state)")"
-	elif [ -z "$why" ] && [ "$status" != "$want" ]; then
-		why="the harness exited $status, not by SIG$sig ($want)"
+	elif [ -z "$why" ] && [ "$job_status" != "$want" ]; then
+		why="the harness exited $job_status, not by SIG$sig ($want)"
 	fi
 	pass_unless "$name" "${why:+$why: $(tail -n 5 "$dir/log" | tr '\n' '|')}"
 	# Whatever the outcome, the next test starts clean.

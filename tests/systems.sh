@@ -666,7 +666,7 @@ no_rxe_in_boot() {
 # a stage runs: within seconds it ends by that signal, and so has every
 # process of the stage (here the unit tests, a stand-in that sleeps).
 test_run_signal() {
-	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run status=0 why=''
+	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run why=''
 	mkdir -p "$d/tests" "$d/scripts"
 	cp "$top/tests/run.sh" "$d/tests/"
 	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
@@ -676,13 +676,12 @@ test_run_signal() {
 	run=$!
 	wait_until "$run" 10 test -s "$d/sleep.pid" || true
 	signal_job "$run" "$target" "$sig" 10 || why="run.sh still runs 10 s after SIG$sig"
-	status=$job_status
 	if [ -z "$why" ] && [ ! -s "$d/sleep.pid" ]; then
 		why="the stage did not start: $(head -c 300 "$d/log")"
 	elif [ -z "$why" ] && kill -0 "$(cat "$d/sleep.pid")" 2>/dev/null; then
 		why="the stage's sleep still runs"
-	elif [ -z "$why" ] && [ "$status" != $((128 + $(kill -l "$sig"))) ]; then
-		why="run.sh exited $status, not by SIG$sig"
+	elif [ -z "$why" ] && [ "$job_status" != $((128 + $(kill -l "$sig"))) ]; then
+		why="run.sh exited $job_status, not by SIG$sig"
 	fi
 	[ ! -s "$d/sleep.pid" ] || kill "$(cat "$d/sleep.pid")" 2>/dev/null || true
 	pass_unless "$t" "$why"

@@ -60,7 +60,7 @@ qemus() {
 # closed terminal fails writes too).
 test_vm_interrupt() {
 	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 job='' run
-	local status=0 why='' want log=$out/$1-$2.log results err reader=''
+	local why='' want log=$out/$1-$2.log results err reader=''
 	shift 4
 	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
 	err=$log
@@ -86,14 +86,13 @@ test_vm_interrupt() {
 	sleep 2 # into the guest's boot
 	[ -z "$reader" ] || { kill "$reader" && wait "$reader"; } 2>/dev/null || true
 	signal_job "$run" "$target" "$sig" 20 || why="$script.sh still runs 20 s after SIG$sig"
-	status=$job_status
 	want=$((128 + $(kill -l "$sig")))
 	if [ -z "$why" ] && [ -n "$(qemus "$job")" ]; then
 		why="a qemu of its still runs"
 	elif [ -z "$why" ] && [ -e "$job" ]; then
 		why="its folder $job is still there"
-	elif [ -z "$why" ] && [ "$status" != "$want" ]; then
-		why="$script.sh exited $status, not by SIG$sig ($want)"
+	elif [ -z "$why" ] && [ "$job_status" != "$want" ]; then
+		why="$script.sh exited $job_status, not by SIG$sig ($want)"
 	elif [ -z "$why" ] && { [ "$(stat -c %i "$top/wire-results" 2>/dev/null || true)" != "$results" ] ||
 		compgen -G "$top/wire-results.run.*" >/dev/null; }; then
 		why="wire-results/ was replaced, or this run's folder left beside it"
