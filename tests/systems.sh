@@ -45,17 +45,16 @@ RH_BUILD_RUN="gcc glibc-devel make pkgconf-pkg-config rdma-core-devel libibverbs
 # it would do for PURPOSES on that system, its lines joined by "|", and its
 # exit status (0 unless given: 1 where no package can bring a need).
 expect_deps() {
-	local name=$1 purposes=$2 want=$3 want_status=${4:-0} got status=0
+	local name=$1 purposes=$2 want=$3 want_status=${4:-0} got status=0 why=''
 	# shellcheck disable=SC2086 # purposes are words
 	got=$(OS_RELEASE=$fixtures/$name "$deps" --dry-run $purposes 2>&1 | tr '\n' '|') || status=$?
 	got=${got%|}
 	if [ "$status" != "$want_status" ]; then
-		fail "deps/$name/${purposes// /+}" "exited $status, not $want_status: $got"
+		why="exited $status, not $want_status: $got"
 	elif [ "$got" != "$want" ]; then
-		fail "deps/$name/${purposes// /+}" "said [$got], want [$want]"
-	else
-		pass "deps/$name/${purposes// /+}"
+		why="said [$got], want [$want]"
 	fi
+	pass_unless "deps/$name/${purposes// /+}" "$why"
 }
 
 test_deps() {
@@ -94,23 +93,22 @@ test_deps() {
 }
 
 test_unknown_system() {
-	local t=deps/unknown_system status=0 out=$work/unknown.out
+	local t=deps/unknown_system status=0 out=$work/unknown.out why=''
 	OS_RELEASE=$fixtures/arch "$deps" --dry-run build run >"$out" 2>&1 || status=$?
 	if [ "$status" != 1 ]; then
-		fail "$t" "exited $status, not 1: $(head -c 300 "$out")"
+		why="exited $status, not 1: $(head -c 300 "$out")"
 	elif ! grep -qx 'deps: Arch Linux is not a system this script knows; install by hand:' "$out" ||
 		! grep -qx '  build: libibverbs and its headers (rdma-core)' "$out" ||
 		! grep -qx "  run: rping, rdma_cm's ping" "$out"; then
-		fail "$t" "no list of needs by purpose: $(tr '\n' '|' <"$out")"
-	else
-		pass "$t"
+		why="no list of needs by purpose: $(tr '\n' '|' <"$out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # build/ left by a make as root: a user's make names it and whose it is,
 # at once.
 test_root_build() {
-	local t=make/root_owned_build dir status=0 out=$work/root-build.out
+	local t=make/root_owned_build dir status=0 out=$work/root-build.out why=''
 	needs_root "$t" "make a build/ that is not the user's" || return 0
 	open_copy # a folder nobody can reach
 	dir=$open_top/root-build
@@ -120,19 +118,18 @@ test_root_build() {
 	setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		make -C "$dir" build/flags >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ]; then
-		fail "$t" "make build/flags as nobody went on: $(head -c 300 "$out")"
+		why="make build/flags as nobody went on: $(head -c 300 "$out")"
 	elif ! grep -qF "build/ is root's, not yours to write" "$out"; then
-		fail "$t" "no line naming build/ and its owner: $(head -c 300 "$out")"
-	else
-		pass "$t"
+		why="no line naming build/ and its owner: $(head -c 300 "$out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # As an ordinary user, deps.sh installs nothing: it prints one command to
 # paste, with sudo, and fails.
 test_not_root() {
 	local t=deps/not_root status=0 out=$work/user.out as_user=()
-	local open=$fixtures deps=$deps
+	local open=$fixtures deps=$deps why=''
 	if [ "$(id -u)" = 0 ]; then
 		as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 		open_copy
@@ -142,13 +139,12 @@ test_not_root() {
 	# asking for a purpose through a system whose every need is missing.
 	OS_RELEASE=$open/ubuntu-24.04 "${as_user[@]}" "$deps" fuzz >"$out" 2>&1 || status=$?
 	if [ "$status" != 1 ]; then
-		fail "$t" "exited $status, not 1: $(head -c 300 "$out")"
+		why="exited $status, not 1: $(head -c 300 "$out")"
 	elif [ "$(grep -c '^  sudo ' "$out")" != 1 ] ||
 		! grep -qx "  sudo apt-get update && sudo $APT clang libclang-rt-dev" "$out"; then
-		fail "$t" "not one command with sudo: $(tr '\n' '|' <"$out")"
-	else
-		pass "$t"
+		why="not one command with sudo: $(tr '\n' '|' <"$out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # doctor_fix NAME WANT ENV... : make doctor on a machine without rdma_rxe,
@@ -157,7 +153,7 @@ test_not_root() {
 # Where this kernel has rdma_rxe it is hidden, in a mount namespace of its
 # own (root only): its modules, loaded and on disk.
 doctor_fix() {
-	local name=$1 want=$2 hide=() got check='kernel module rdma_rxe'
+	local name=$1 want=$2 hide=() got check='kernel module rdma_rxe' why=''
 	shift 2
 	if [ "$(rxe_module)" != none ]; then
 		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 0
@@ -168,11 +164,8 @@ doctor_fix() {
 	fi
 	env "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
 	got=$(grep -A1 "^FAIL $check: " "$work/$name.out" | sed -n 's/^     fix: //p' | head -n 1)
-	if [ "$got" = "$want" ]; then
-		pass "doctor/$name"
-	else
-		fail "doctor/$name" "fix for '$check' is [$got], want [$want]"
-	fi
+	[ "$got" = "$want" ] || why="fix for '$check' is [$got], want [$want]"
+	pass_unless "doctor/$name" "$why"
 }
 
 test_doctor_fixes() {
@@ -199,25 +192,23 @@ test_doctor_fixes() {
 # A container's locked-memory limit is set where it starts, not in
 # limits.conf: the doctor says so to an ordinary user with too low a limit.
 test_doctor_container_memlock() {
-	local t=doctor/container_memlock line
+	local t=doctor/container_memlock line why=''
 	needs_root "$t" "run as another user with a low ulimit -l (prlimit, setpriv)" || return 0
 	open_copy
 	container=docker prlimit --memlock=$((1024 * 1024)) \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		"$open_top/scripts/doctor.sh" >"$work/memlock.out" 2>&1 || true
 	line=$(grep -A1 '^FAIL memlock: ' "$work/memlock.out" | sed -n 's/^     fix: //p')
-	if [ "$line" = "a docker container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK" ]; then
-		pass "$t"
-	else
-		fail "$t" "fix for memlock is [$line]"
-	fi
+	[ "$line" = "a docker container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK" ] ||
+		why="fix for memlock is [$line]"
+	pass_unless "$t" "$why"
 }
 
 # A development package missing (pkg-config finds neither library in an
 # empty directory): make names it rather than failing to link.
 test_make_names_the_package() {
 	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc
-	local want
+	local want why=''
 	want=$(
 		# shellcheck source=scripts/system-lib.sh
 		. "$top/scripts/system-lib.sh"
@@ -228,28 +219,26 @@ test_make_names_the_package() {
 	mkdir -p "$empty"
 	PKG_CONFIG_LIBDIR=$empty PKG_CONFIG_PATH='' make -s -C "$top" check-build >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ]; then
-		fail "$t" "make check-build passed without the libraries"
+		why="make check-build passed without the libraries"
 	elif ! grep -q "missing for build: libibverbs librdmacm; install with: sudo .* $want\$" "$out"; then
-		fail "$t" "no line naming $want: $(head -c 300 "$out")"
-	else
-		pass "$t"
+		why="no line naming $want: $(head -c 300 "$out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # A clone's path with a space, which make split (make bench handed bench.sh
 # two arguments): make refuses it at once, naming it, whatever the target.
 test_space_in_path() {
-	local t=make/space_in_path dir="$work/with space" status=0 out=$work/space.out
+	local t=make/space_in_path dir="$work/with space" status=0 out=$work/space.out why=''
 	mkdir -p "$dir"
 	cp "$top/Makefile" "$dir/"
 	make -n -C "$dir" bench >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ]; then
-		fail "$t" "make -n bench in '$dir' went on: $(head -n 3 "$out" | paste -sd' ')"
+		why="make -n bench in '$dir' went on: $(head -n 3 "$out" | paste -sd' ')"
 	elif ! grep -qF "'$dir' has a space in it" "$out"; then
-		fail "$t" "no line naming '$dir': $(head -c 300 "$out")"
-	else
-		pass "$t"
+		why="no line naming '$dir': $(head -c 300 "$out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # make test and make test SANITIZE=1 at once in one checkout: the second
@@ -317,17 +306,16 @@ test_no_network() {
 # A KERNEL_CACHE with a space cannot reach the VM's kernel command line:
 # vm-run.sh must say so at once, before it installs or fetches anything.
 test_space_in_kernel_cache() {
-	local t=vm/space_in_kernel_cache cache="$work/kernels here" status=0 out=$work/cache.out
+	local t=vm/space_in_kernel_cache cache="$work/kernels here" status=0 out=$work/cache.out why=''
 	KERNEL_CACHE=$cache VM_KERNEL='' timeout 20 "$top/scripts/vm-run.sh" true >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ] || [ "$status" = 124 ]; then
-		fail "$t" "vm-run.sh exited $status: $(tail -n 2 "$out" | paste -sd' ')"
+		why="vm-run.sh exited $status: $(tail -n 2 "$out" | paste -sd' ')"
 	elif ! grep -qF "KERNEL_CACHE, $cache, has spaces" "$out"; then
-		fail "$t" "no line naming '$cache': $(head -c 300 "$out")"
+		why="no line naming '$cache': $(head -c 300 "$out")"
 	elif [ -e "$cache" ]; then
-		fail "$t" "it made '$cache' first"
-	else
-		pass "$t"
+		why="it made '$cache' first"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # vm-run.sh stopped while it packs the VM's initramfs, with a new image to
@@ -346,7 +334,7 @@ group_ends() {
 }
 
 test_vm_stopped_while_packing() {
-	local t=vm/stopped_while_packing bin=$work/slow-cpio cache ver run left
+	local t=vm/stopped_while_packing bin=$work/slow-cpio cache ver run left why=''
 	cache=$(bash -c '. "$1/scripts/vm-lib.sh" && echo "$KERNEL_CACHE"' _ "$top")
 	if ! ver=$("$top/scripts/vm-kernel.sh" 2>"$work/packing.err"); then
 		fail "$t" "no kernel for the VMs: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
@@ -360,16 +348,15 @@ test_vm_stopped_while_packing() {
 		as_job "$top/scripts/vm-run.sh" true >"$work/packing.err" 2>&1
 	run=$!
 	if ! wait_until "$run" 60 test -e "$bin/packing"; then
-		fail "$t" "it never packed: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
+		why="it never packed: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
 	elif ! signal_job "$run" group TERM 10; then
-		fail "$t" "vm-run.sh still ran 10 s after SIGTERM"
+		why="vm-run.sh still ran 10 s after SIGTERM"
 	elif ! group_ends "$run" 10; then
-		fail "$t" "a process of vm-run.sh's group still ran 10 s after SIGTERM"
+		why="a process of vm-run.sh's group still ran 10 s after SIGTERM"
 	elif left=$(find "$top/build/vm" -maxdepth 1 -name 'initramfs.*' -newer "$bin/cpio") && [ -n "$left" ]; then
-		fail "$t" "it left $left"
-	else
-		pass "$t"
+		why="it left $left"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # The static-busybox probe (the VM's init runs busybox before any shared
@@ -441,7 +428,7 @@ table_meaning() (
 # it has.  The build and run needs are always installed by make test (13
 # of them); a table with one wrong package is caught.
 test_table_meaning() {
-	local t=packages/bring_what_they_say out checked
+	local t=packages/bring_what_they_say out checked why=''
 	if ! command -v dpkg-query >/dev/null || ! command -v apt-cache >/dev/null; then
 		skip "$t" "asks dpkg which package has each file, and this system has none"
 		return
@@ -457,11 +444,9 @@ test_table_meaning() {
 	fi
 	sed 's/debian=rdmacm-utils/debian=perftest/' "$top/scripts/packages.txt" >"$work/wrong.txt"
 	out=$(table_meaning "$work/wrong.txt")
-	if grep -qx "rping: the table says perftest, but $(command -v rping) is rdmacm-utils's" <<<"$out"; then
-		pass "$t/catches_a_wrong_package"
-	else
-		fail "$t/catches_a_wrong_package" "rping given perftest's package was not caught: $(paste -sd';' <<<"$out")"
-	fi
+	grep -qx "rping: the table says perftest, but $(command -v rping) is rdmacm-utils's" <<<"$out" ||
+		why="rping given perftest's package was not caught: $(paste -sd';' <<<"$out")"
+	pass_unless "$t/catches_a_wrong_package" "$why"
 }
 
 # probe_finds PROBE PATH: true if the table's PROBE looks for a file such
@@ -520,22 +505,21 @@ packaging_meaning() (
 # Every other system's choices, held to what its packaging says: each need
 # of the table, for each system the table names.
 test_packaging() {
-	local sys packaging out t
+	local sys packaging out t why
 	# RHEL's rebuilds ship what RHEL does, under the same names.
 	for sys in ubuntu-22.04 ubuntu-24.04 fedora-42 rhel-9.6 rocky-9.3 almalinux-9.6; do
-		t=packages/$sys/bring_what_they_say
+		t=packages/$sys/bring_what_they_say why=''
 		case $sys in
 		rhel-9* | rocky-9* | almalinux-9*) packaging=$top/tests/packaging/rhel-9 ;;
 		*) packaging=$top/tests/packaging/$sys ;;
 		esac
 		out=$(packaging_meaning "$top/scripts/packages.txt" "$sys" "$packaging")
 		if [ ! -r "$packaging" ]; then
-			fail "$t" "no $packaging to hold the table to"
+			why="no $packaging to hold the table to"
 		elif [ -n "$out" ]; then
-			fail "$t" "$(paste -sd';' <<<"$out")"
-		else
-			pass "$t"
+			why="$(paste -sd';' <<<"$out")"
 		fi
+		pass_unless "$t" "$why"
 	done
 	sed 's/fedora=librdmacm-utils/fedora=perftest/' "$top/scripts/packages.txt" >"$work/wrong-fedora.txt"
 	out=$(packaging_meaning "$work/wrong-fedora.txt" fedora-42 "$top/tests/packaging/fedora-42")
@@ -551,7 +535,7 @@ test_packaging() {
 # says what failed, exits non-zero and leaves no staging folder behind.
 test_vm_kernel_failed_fetch() {
 	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt
-	local cache=$work/kernels status=0 left
+	local cache=$work/kernels status=0 left why=''
 	mkdir -p "$bin"
 	printf '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n' >"$bin/apt-cache"
 	printf '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n' >"$bin/apt-get"
@@ -560,20 +544,19 @@ test_vm_kernel_failed_fetch() {
 		>"$work/vm-kernel.out" 2>"$work/vm-kernel.err" || status=$?
 	left=$(find "$cache" -mindepth 1 -maxdepth 1 -name 'fetch.*' 2>/dev/null)
 	if [ "$status" = 0 ]; then
-		fail "$t" "it exited 0 with a package that does not unpack"
+		why="it exited 0 with a package that does not unpack"
 	elif ! grep -q 'cannot unpack linux-image-0.0-fake' "$work/vm-kernel.err"; then
-		fail "$t" "it did not say what failed: $(tail -n 2 "$work/vm-kernel.err" | paste -sd' ')"
+		why="it did not say what failed: $(tail -n 2 "$work/vm-kernel.err" | paste -sd' ')"
 	elif [ -n "$left" ]; then
-		fail "$t" "it left $left behind"
-	else
-		pass "$t"
+		why="it left $left behind"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
 # whose update takes 2 s and notes if another runs) never runs in both.
 test_vm_kernel_two_at_once() {
-	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=()
+	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
 	mkdir -p "$bin"
 	cp "$work/fake-apt/apt-cache" "$bin/"
 	printf '#!/bin/sh
@@ -588,12 +571,11 @@ touch "%s/busy"; sleep 2; rm -f "%s/busy"
 	done
 	wait "${pids[@]}" || true
 	if [ -e "$bin/overlaps" ]; then
-		fail "$t" "two apt-get ran at once on one cache"
+		why="two apt-get ran at once on one cache"
 	elif ! grep -q 'cannot unpack' "$work/two1.err" || ! grep -q 'cannot unpack' "$work/two2.err"; then
-		fail "$t" "not both went on to the download: $(cat "$work"/two[12].err | paste -sd'|')"
-	else
-		pass "$t"
+		why="not both went on to the download: $(cat "$work"/two[12].err | paste -sd'|')"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # A machine whose kernel has no rdma_rxe, as Debian's cloud kernel: the VM
@@ -626,7 +608,7 @@ test_vm_kernel_no_rxe_in_boot() {
 # (root only).  apt-get is stood in for by one that refuses to install and
 # passes everything else on (scripts/vm-kernel.sh's update and download).
 no_rxe_in_boot() {
-	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got
+	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got why=''
 	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
 	mkdir -p "$bin"
 	rm -f "$work/installs"
@@ -648,17 +630,16 @@ no_rxe_in_boot() {
 	from=$(sed -n 's/^vm-run: kernel .*, from \(.*\)/\1/p' "$work/no-rxe.err")
 	got=$(tail -n 1 "$work/no-rxe.out")
 	if [ -s "$work/installs" ]; then
-		fail "$t" "it installed a package: $(head -n 1 "$work/installs")"
+		why="it installed a package: $(head -n 1 "$work/installs")"
 	elif [ "$status" != 0 ]; then
-		fail "$t" "vm-run.sh exited $status: $(grep -m 1 -E 'Kernel panic|BUG:|Oops' "$work/no-rxe.err" || true) $(tail -n 2 "$work/no-rxe.err" | paste -sd' ')"
+		why="vm-run.sh exited $status: $(grep -m 1 -E 'Kernel panic|BUG:|Oops' "$work/no-rxe.err" || true) $(tail -n 2 "$work/no-rxe.err" | paste -sd' ')"
 	elif [ -z "$booted" ] || [ "$got" != "$booted" ] || [ "$from" = / ]; then
-		fail "$t" "the VM ran kernel '$got', and vm-run.sh named '$booted' from '$from', not a fetched kernel"
+		why="the VM ran kernel '$got', and vm-run.sh named '$booted' from '$from', not a fetched kernel"
 	elif [ "$booted" != "$ver" ] && [ -n "$ver" ] &&
 		! grep -qF "kernel $ver cannot boot the VM: no rdma_rxe module" "$work/no-rxe.err"; then
-		fail "$t" "no word on why $ver cannot boot the VM: $(head -n 3 "$work/no-rxe.err" | paste -sd' ')"
-	else
-		pass "$t"
+		why="no word on why $ver cannot boot the VM: $(head -n 3 "$work/no-rxe.err" | paste -sd' ')"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # run.sh (make test) stopped by SIGTERM, SIGHUP (to it alone: make passes
