@@ -35,6 +35,8 @@ report_prefix=systems/ report_stage=systems
 . "$top/tests/report-lib.sh"
 # shellcheck source=scripts/rdma-lib.sh
 . "$top/scripts/rdma-lib.sh"
+# shellcheck source=scripts/system-lib.sh
+. "$top/scripts/system-lib.sh"
 
 KVER=$(uname -r)
 APT="apt-get install -y --no-install-recommends"
@@ -210,8 +212,6 @@ test_make_names_the_package() {
 	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc
 	local want why=''
 	want=$(
-		# shellcheck source=scripts/system-lib.sh
-		. "$top/scripts/system-lib.sh"
 		read_os_release
 		echo "$(packages_of libibverbs) $(packages_of librdmacm)" | tr ' ' '\n' | awk '!seen[$0]++' | tr '\n' ' '
 	)
@@ -371,8 +371,6 @@ test_static_probe() {
 		fail "$t" "cannot build the three test programs with cc"
 		return
 	fi
-	# shellcheck source=scripts/system-lib.sh
-	. "$top/scripts/system-lib.sh"
 	for f in static static-pie; do
 		static_elf "$work/$f" || why+="$f taken for dynamic; "
 	done
@@ -387,8 +385,6 @@ test_static_probe() {
 # that has it (gcc on gcc-12, which has cc).  Prints "checked N" and a line
 # per need where that is not so.
 table_meaning() (
-	# shellcheck source=scripts/system-lib.sh
-	. "$top/scripts/system-lib.sh"
 	PACKAGES_TABLE=$1
 	read_os_release
 	local need probe f owner pkgs brought checked=0 p q
@@ -479,8 +475,6 @@ probe_finds() {
 # "! PATH" where no package does).  Prints a line per need where the
 # table and PACKAGING differ ("!" is a package name here, for none).
 packaging_meaning() (
-	# shellcheck source=scripts/system-lib.sh
-	. "$top/scripts/system-lib.sh"
 	PACKAGES_TABLE=$1 OS_RELEASE=$fixtures/$2
 	read_os_release
 	local need probe pkgs p pkg path found bringers shipped
