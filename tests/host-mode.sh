@@ -223,10 +223,7 @@ test_interrupt() {
 		fail "$name" "the client never streamed: $(tail -n 5 "$dir/log" | tr '\n' '|')"
 		return
 	fi
-	if [ -n "$reader" ]; then
-		kill "$reader"
-		wait "$reader" 2>/dev/null || true
-	fi
+	[ -z "$reader" ] || { kill "$reader"; wait "$reader" 2>/dev/null || true; }
 	signal_job "$harness" "$target" "$sig" 20 || why="the harness still runs 20 s after SIG$sig"
 	want=$((128 + $(kill -l "$sig")))
 	left=$(ours "$dir")
@@ -443,9 +440,8 @@ test_leftover() {
 	done
 	"$top/scripts/soft-roce.sh" true >"$log" 2>&1 || why="soft-roce.sh true failed; "
 	for name in $names; do
-		if ! grep -q "^soft-roce: removing $name, left by a run that has ended\$" "$log"; then
+		grep -q "^soft-roce: removing $name, left by a run that has ended\$" "$log" ||
 			why+="it did not say it removed $name; "
-		fi
 	done
 	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
 	if [ "$(machine_state devices)" != "$before" ]; then
@@ -463,7 +459,7 @@ test_leftover() {
 # could, in /run/lock, mode 1777) must not stall root's runs: they lock
 # where only root can write.
 test_lock_not_users() {
-	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 made=''
+	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 made='' why=''
 	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && made=1; }
 	# shellcheck disable=SC2016 # the user's shell expands them
 	setpriv --reuid=nobody --regid=nogroup --clear-groups bash -c \
@@ -475,11 +471,9 @@ test_lock_not_users() {
 	wait "$holder" 2>/dev/null || true
 	rm -f "$lock"
 	[ -z "$made" ] || rmdir /run/lock
-	if [ "$status" = 0 ]; then
-		pass lock_not_users
-	else
-		fail lock_not_users "soft-roce.sh true exited $status (124: it waited 240 s, for the user's lock?): $(tail -n 3 "$work/lock.log" | tr '\n' '|')"
-	fi
+	[ "$status" = 0 ] ||
+		why="soft-roce.sh true exited $status (124: it waited 240 s, for the user's lock?): $(tail -n 3 "$work/lock.log" | tr '\n' '|')"
+	pass_unless lock_not_users "$why"
 }
 
 # Every address soft-roce.sh could take is already there: it takes none,
