@@ -24,25 +24,11 @@ on_fail() {
 	done
 }
 
-# pass_if NAME WHY CMD...: NAME passes if CMD succeeds, else it fails saying
-# WHY (expanded before CMD runs: it may name only what is known by then).
-pass_if() {
-	if "${@:3}"; then pass "$1"; else fail "$1" "$2"; fi
-}
-
 # end_jobs PID...: background jobs no longer needed, killed and reaped
 # (stderr away: bash reports a job killed by a signal).
 end_jobs() {
 	kill "$@" 2>/dev/null || true
 	{ wait "$@" || true; } 2>/dev/null
-}
-
-# needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
-# the test needs root (under CI, a failure).
-needs_root() {
-	[ "$(id -u)" = 0 ] && return 0
-	skip "$1" "needs root, to $2"
-	return 1
 }
 
 # test_lib: the helpers see what a long server log holds: a line found

@@ -47,6 +47,9 @@ pass() { report ok "$1"; }
 fail() { report "not ok" "$1" "$2"; }
 # pass_unless NAME WHY: NAME passes if WHY is empty, else fails saying WHY.
 pass_unless() { if [ -n "$2" ]; then fail "$1" "$2"; else pass "$1"; fi; }
+# pass_if NAME WHY CMD...: NAME passes if CMD succeeds, else fails saying
+# WHY (expanded before CMD runs: it may name only what is known by then).
+pass_if() { if "${@:3}"; then pass "$1"; else fail "$1" "$2"; fi; }
 
 # skip NAME WHY: NAME (a test, or a group of them in the plan) cannot run
 # for this user.  Under CI each one fails instead.
