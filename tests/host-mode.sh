@@ -300,7 +300,7 @@ test_demo_beside_churn() {
 	elif [ "$(grep -c '^doorbell qp=.* ok$' "$dir/log")" != 10 ]; then
 		why="not 10 doorbells ok: $(tail -n 3 "$dir/log" | tr '\n' '|')"
 	elif grep -q 'rdma resource show failed' "$dir/log"; then
-		why="a view of the kernel failed: $(grep 'rdma resource show failed' "$dir/log" | head -n 1)"
+		why="a view of the kernel failed: $(grep -m 1 'rdma resource show failed' "$dir/log")"
 	elif [ "$(machine_state devices)" != "$before" ]; then
 		why="left behind: $(left_behind "$before" "$(machine_state devices)")"
 	fi
@@ -330,7 +330,7 @@ test_overlapping_runs() {
 	sleep 1
 	if [ -z "$why" ]; then
 		if ! grep -q '^soft-roce: mode: host (rxe_demo' "$dir/log"; then
-			why="the second run has no device of its own: $(grep '^soft-roce' "$dir/log" | tr '\n' '|')"
+			why="the second run has no device of its own: $(grep '^soft-roce' "$dir/log" | tr '\n' '|' || true)"
 		elif ! rdma link show "rxe_demo$second/1" >/dev/null 2>&1; then
 			why="the first run's end took the second's device: $(grep -h '^soft-roce' "$dir/first.log" "$dir/log" | tr '\n' '|')"
 		elif grep -q 'went away\|error' "$dir/server" "$dir/client"; then
@@ -395,7 +395,7 @@ test_beside_another_run() {
 	else
 		HOST_MODE_TESTS=test_demo "$top/tests/host-mode.sh" >"$dir/log" 2>&1 || status=$?
 		[ "$status" = 0 ] ||
-			why="the stage beside it exited $status: $(grep '^not ok ' "$dir/log" | head -n 2 | tr '\n' '|')"
+			why="the stage beside it exited $status: $(grep -m 2 '^not ok ' "$dir/log" | tr '\n' '|' || true)"
 	fi
 	finish
 	pass_unless "$t" "$why"
