@@ -55,10 +55,10 @@ rxe_module() {
 suggest_netdev() {
 	local dev
 	dev=$(ip -4 route show default 2>/dev/null |
-		awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
+		awk '{ for (i = 1; i < NF; i++) if ($i == "dev" && d == "") d = $(i + 1) } END { print d }')
 	if [ -z "$dev" ]; then
 		dev=$(ip -4 -o addr show 2>/dev/null |
-			awk '$4 !~ /^127\./ { print $2; exit }')
+			awk '$4 !~ /^127\./ && d == "" { d = $2 } END { print d }')
 	fi
 	echo "${dev:-eth0}"
 }

@@ -98,7 +98,7 @@ cable_plan() {
 	for kind in "${kinds[@]}"; do
 		if [ "$kind" = auto ]; then
 			kind=socket
-			qemu-system-x86_64 -netdev help 2>/dev/null | grep -qx stream &&
+			grep -qx stream <<<"$(qemu-system-x86_64 -netdev help 2>/dev/null)" &&
 				kind=stream
 		fi
 		case $kind in
@@ -114,13 +114,13 @@ cable_plan() {
 			# ours; only this host can reach 127.0.0.1.
 			port=$((20000 + RANDOM % 20000))
 			while [[ $ports == *" $port "* ]] ||
-				ss -Htln "sport = :$port" | grep -q .; do
+				[ -n "$(ss -Htln "sport = :$port")" ]; do
 				port=$((20000 + RANDOM % 20000))
 			done
 			ports+="$port "
 			server_nets+=("socket,id=cable$n,listen=127.0.0.1:$port")
 			client_nets+=("socket,id=cable$n,connect=127.0.0.1:$port")
-			cable_ups+=("ss -Htln 'sport = :$port' | grep -q .")
+			cable_ups+=("[ -n \"\$(ss -Htln 'sport = :$port')\" ]")
 			;;
 		*) die "VM_CABLE: a cable is stream, socket or auto, not '$kind'" ;;
 		esac

@@ -552,12 +552,12 @@ test_stuck_replies() {
 		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" "${steps[@]}" \
 			>"$work/stuck.out" 2>"$work/stuck.err") 2>/dev/null || true
 		if ! grep -qx 'blind sent=8' "$work/stuck.out"; then
-			bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300)"
+			bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300 || true)"
 			break
 		fi
 	done
 	if [ -z "$bad" ] && grep -Eq 'no reply buffer|sent more than' "$work/server.err"; then
-		bad="the server ran out: $(grep -E 'no reply buffer|sent more than' "$work/server.err" | head -n 1)"
+		bad="the server ran out: $(grep -m 1 -E 'no reply buffer|sent more than' "$work/server.err")"
 	fi
 	if [ -n "$bad" ]; then fail "$t/nine_peers" "$bad"; else pass "$t/nine_peers"; fi
 	expect_stats "$t/nothing_lost"
