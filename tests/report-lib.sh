@@ -93,10 +93,19 @@ as_job() {
 	set +m
 }
 
+# group_runs PGID: true while a process of group PGID runs (a zombie no
+# longer does).
+group_runs() {
+	ps -A -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { n++ }
+		END { exit !n }'
+}
+
 # signal_job PID group|alone SIG SECONDS: SIG to the job PID (started under
 # set -m: a process group of its own) or to its whole group, as a terminal
-# sends Ctrl-C; then up to SECONDS for it to end.  Sets job_status to its
-# exit status; false if it was still running, and was then killed.
+# sends Ctrl-C; then up to SECONDS for every process of the group to end,
+# as a shell waits for a job (a subshell may still run its EXIT trap after
+# the leader is gone).  Sets job_status to the leader's exit status; false
+# if the group still ran, and was then killed.
 # shellcheck disable=SC2034 # job_status is the caller's
 signal_job() {
 	local pid=$1 i
@@ -108,10 +117,10 @@ signal_job() {
 			kill -s "$3" "$pid"
 		fi
 		for ((i = 0; i < $4 * 10; i++)); do
-			kill -0 "$pid" || break
+			group_runs "$pid" || break
 			sleep 0.1
 		done
-		if kill -0 "$pid"; then
+		if group_runs "$pid"; then
 			kill -KILL -- "-$pid"
 			wait "$pid" || true
 			return 1
