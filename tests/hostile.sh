@@ -40,8 +40,7 @@ granted_qp() {
 # --handshake-timeout-ms and then serve an ordinary client.
 test_handshake_deadline() {
 	local s=$1 t=$1/handshake_deadline status=0
-	start_server "$s" --max-conns 1 --handshake-timeout-ms 1500 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --max-conns 1 --handshake-timeout-ms 1500 || return 0
 	hostile_peer nortu "$server_port" --no-rtu sleep:30000
 	pass_if "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s" \
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20
@@ -56,8 +55,7 @@ test_handshake_deadline() {
 # server tells its CM, rdma_notify), not leave it to the handshake deadline.
 test_lost_rtu() {
 	local s=$1 t=$1/lost_rtu qp
-	start_server "$s" --handshake-timeout-ms 1500 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --handshake-timeout-ms 1500 || return 0
 	hostile_peer nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
 	if ! qp=$(granted_qp nortu); then
 		fail "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")"
@@ -104,8 +102,7 @@ test_source_limits() {
 	local s=$1 t=$1/source_limits pids=() i
 	second_address "$t" || return 0
 	# The half-open pair must outlast the checks: a long deadline.
-	start_server "$s" --handshakes-per-source 2 --handshake-timeout-ms 20000 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --handshakes-per-source 2 --handshake-timeout-ms 20000 || return 0
 	for i in 1 2; do
 		timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" sleep:8000 \
 			>"$work/half$i.out" 2>"$work/half$i.err" &
@@ -130,8 +127,7 @@ test_source_limits() {
 # at once stays, however long it takes to write.
 test_request_deadline() {
 	local s=$1 t=$1/request_deadline qp
-	start_server "$s" --request-timeout-ms 1500 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --request-timeout-ms 1500 || return 0
 	hostile_peer asker "$server_port" req:4096 sleep:3000 write:0:1 ring:1
 	local asker=$hostile_pid
 	hostile_peer idle "$server_port" sleep:6000
@@ -154,8 +150,7 @@ test_request_deadline() {
 # a peer that is merely quiet must not be.
 test_keepalive() {
 	local s=$1 t=$1/keepalive qp
-	start_server "$s" --keepalive-ms 1000 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --keepalive-ms 1000 || return 0
 	hostile_peer quiet "$server_port" req:4096 sleep:4000
 	qp=$(granted_qp quiet) || { fail "$t" "the quiet peer got no slice"; return; }
 	wait "$hostile_pid" || true
@@ -184,8 +179,7 @@ test_keepalive() {
 # line saying why, not keep its place until the peer leaves.
 test_broken_qp() {
 	local s=$1 t=$1/broken_qp qp
-	start_server "$s" --keepalive-ms 1000 --pool-size 4096 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --keepalive-ms 1000 --pool-size 4096 || return 0
 	hostile_peer broken "$server_port" req:4096 write:4096:1 sleep:30000
 	qp=$(granted_qp broken) || { fail "$t" "the peer got no slice"; return; }
 	if ! await_line "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
@@ -208,7 +202,7 @@ test_broken_qp() {
 test_key_guesses() {
 	local s=$1 t=$1/key_guesses i wrong=0
 	second_address "$t" || return 0
-	start_server "$s" --isolation mr || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --isolation mr || return 0
 	for i in 1 2 3 4; do
 		peer_steps "guess$i" "$server_port" req:4096 write:4096:1 || true
 		grep -qx 'write off=4096 status=IBV_WC_REM_ACCESS_ERR' "$work/guess$i.out" ||
@@ -239,7 +233,7 @@ test_key_guesses() {
 # doorbells behind to find one lapped.
 test_invalidate() {
 	local s=$1 t=$1/invalidate n=1000000 rkey victim seen status=0 why
-	start_server "$s" --isolation mr || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --isolation mr || return 0
 	run_client victim "$server_port" "$RDMA_ADDR" 1048576 -n "$n" -k 1000 &
 	victim=$!
 	if ! await_line "$work/server.out" '^grant ' 20; then
@@ -345,7 +339,7 @@ test_output_gone() {
 # rest counted ("N more, not printed"), every one accounted for.
 test_mismatch_flood() {
 	local s=$1 t=$1/mismatch_flood n=4000 said counted start elapsed
-	start_server "$s" || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" || return 0
 	start=$SECONDS
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq "$n")) || true

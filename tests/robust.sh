@@ -317,11 +317,19 @@ test_cycles() {
 
 # ---- tests that need a server of their own ---------------------------------
 
+# own_server T PROGRAM [OPTIONS...]: start_server, or T fails saying what
+# the server said, and false (callers return 0: e2e.sh runs under set -e).
+own_server() {
+	start_server "${@:2}" && return
+	fail "$1" "server did not start: $(head -c 300 "$work/server.err")"
+	return 1
+}
+
 # Servers stopped under load: each streaming client reports the failed work
 # completion by its status name and exits non-zero within a few seconds.
 test_server_dies() {
 	local s=$1 how=$2 t=$1/server_$2_under_load i pids=() status bad=''
-	start_server "$s" || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" || return 0
 	for i in 0 1 2; do
 		run_client "load$i" "$server_port" "$RDMA_ADDR" 8192 -n 4000000 -k 64 &
 		pids+=("$!")
@@ -362,7 +370,7 @@ test_server_dies() {
 # first on a busy machine).
 test_max_conns() {
 	local s=$1 t=$1/max_conns i pids=()
-	start_server "$s" --max-conns 2 || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --max-conns 2 || return 0
 	for i in 1 2; do
 		timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
 			>"$work/hold$i.out" 2>"$work/hold$i.err" &
@@ -387,7 +395,7 @@ test_max_conns() {
 # --max-conns 1 the next client is served while the peer still holds it.
 test_closed_before_established() {
 	local s=$1 t=$1/closed_before_established pid
-	start_server "$s" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --max-conns 1 || return 0
 	timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" \
 		send:200:0x52444d41:1:1:4096 sleep:30000 \
 		>"$work/nortu.out" 2>"$work/nortu.err" &
@@ -418,7 +426,7 @@ test_closed_before_established() {
 # and nothing is lost.
 test_burst_at_the_limit() {
 	local s=$1 t=$1/burst_at_the_limit i holders=() bad=''
-	start_server "$s" --max-conns 4 --srq-depth 16 || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --max-conns 4 --srq-depth 16 || return 0
 	for i in 1 2 3; do
 		timeout 120 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" blind:8 sleep:100000 \
 			>"$work/holder$i.out" 2>"$work/holder$i.err" &
@@ -468,8 +476,7 @@ test_load() {
 	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
 	# 32 clients from one address, at once: more in their handshake than
 	# one address may have by default.
-	start_server "$s" --srq-depth 4 --handshakes-per-source 32 ||
-		{ fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --srq-depth 4 --handshakes-per-source 32 || return 0
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
 		(
@@ -543,7 +550,7 @@ test_rnr_counters() {
 # clients are served and nothing is lost.
 test_stuck_replies() {
 	local s=$1 t=$1/stuck_replies i bad='' steps
-	start_server "$s" --max-conns 1 || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --max-conns 1 || return 0
 	for ((i = 1; i <= 9; i++)); do
 		stats_idle >/dev/null # the one connection it may have must be gone
 		steps=(blind:8)
@@ -573,8 +580,7 @@ test_stuck_replies() {
 address_case() {
 	local t=$1 s=$2 v4=$3 v6=$4 listen=$5 fam addr want status why
 	shift 5
-	start_server "$s" "$@" ||
-		{ fail "$t" "server did not start: $(head -c 300 "$work/server.err")"; return; }
+	own_server "$t" "$s" "$@" || return 0
 	if grep -q "^listen port=$server_port address=$listen pool_size=" "$work/server.out"; then
 		pass "$t/listen_line_says_where"
 	else
@@ -668,8 +674,7 @@ expect_device_stats() {
 two_devices_case() {
 	local t=$1 s=$2 p1 p2 s1=0 s2=0 bad
 	shift 2
-	start_server "$s" "$@" ||
-		{ fail "$t" "server did not start: $(head -c 300 "$work/server.err")"; return; }
+	own_server "$t" "$s" "$@" || return 0
 	device_clients "$t/second_first" first "$RDMA_ADDR_DEV2" "$RDMA_ADDR"
 	device_clients "$t/one_after_other" turn "$RDMA_ADDR" "$RDMA_ADDR_DEV2"
 	# Long enough to overlap, into slices with a slot for every write (a
@@ -714,7 +719,7 @@ test_two_devices() {
 # IBV_WC_REM_ACCESS_ERR and the neighbour's data stays as it was.
 test_isolation() {
 	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs
-	start_server "$s" --isolation "$mode" || { fail "$t" "server did not start"; return; }
+	own_server "$t" "$s" --isolation "$mode" || return 0
 	# The owner writes 1025 into slot 0 (of 1024) of the first slice and,
 	# once the others have tried, rings doorbell 1025: the server reports
 	# what slot 0 holds. Last it tries to read it back, which nothing in
