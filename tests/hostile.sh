@@ -278,7 +278,8 @@ test_device_limits() {
 
 # server_into_fifo PROGRAM READER [--stderr-too] [OPTIONS...]: the
 # server's stdout (and stderr) into a FIFO that the shell command READER
-# reads, its output in $work/server.out; waits until the server listens.
+# reads, its output in $work/server.out; waits until the server listens
+# (false if it does not: both then ended).
 server_into_fifo() {
 	local program=$1 reader=$2 err
 	shift 2
@@ -293,7 +294,10 @@ server_into_fifo() {
 	reader_pid=$!
 	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$err" &
 	server_pid=$!
-	server_port=$(listen_port "$work/server.out" "$server_pid")
+	server_port=$(listen_port "$work/server.out" "$server_pid") && return
+	stop_server || true # as in own_server
+	end_jobs "$reader_pid"
+	return 1
 }
 
 # Whoever reads the server's stdout stops reading: the server must go on
