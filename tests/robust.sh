@@ -75,11 +75,7 @@ test_bench_args() {
 	expect_error "$t/rounds_missing" 5 "--rounds wants .* not ''" "$bench" --rounds
 	expect_error "$t/unknown_option" 5 "unknown option '--fast'" "$bench" --fast "$dir"
 	expect_error "$t/two_outdirs" 5 "one OUTDIR at most" "$bench" "$dir" "$dir.2"
-	if compgen -G "$dir*" >/dev/null; then
-		fail "$t/nothing_made" "a refused run left $(echo "$dir"*)"
-	else
-		pass "$t/nothing_made"
-	fi
+	pass_if "$t/nothing_made" "a refused run left $(echo "$dir"*)" [ -z "$(compgen -G "$dir*")" ]
 }
 
 # Server arguments, and a machine without an RDMA device: hidden in a
@@ -88,11 +84,8 @@ test_server_args() {
 	local s=$1 port=$2 t=$1/args low high
 	# PORT came from the CM (start_server's --port 0).
 	read -r low high </proc/sys/net/ipv4/ip_local_port_range
-	if ((low <= port && port <= high)); then
-		pass "$t/port_0_lets_the_cm_choose"
-	else
-		fail "$t/port_0_lets_the_cm_choose" "port $port is outside the local port range $low-$high"
-	fi
+	pass_if "$t/port_0_lets_the_cm_choose" "port $port is outside the local port range $low-$high" \
+		[ "$((low <= port && port <= high))" = 1 ]
 	expect_error "$t/port_in_use" 10 "port $port is already in use" "$top/$s" --port "$port"
 	expect_error "$t/pool_not_multiple" 5 "bad pool size '5000': want a multiple of 4096" "$top/$s" --pool-size 5000
 	expect_error "$t/pool_zero" 5 "bad pool size '0'" "$top/$s" --pool-size 0
@@ -188,9 +181,9 @@ expect_stats() {
 	pass_if "$1" "after every client left: '$line'" stats_whole "$line"
 }
 
-# check_bystander NAME CLIENT N K GRANTED STATUS: a normal client that ran
-# beside trouble saw none of it.
-check_bystander() {
+# expect_served NAME CLIENT N K GRANTED STATUS: the client (run_client
+# CLIENT, exit STATUS) was served in full, on both sides (check_session).
+expect_served() {
 	local why
 	if [ "$6" != 0 ]; then
 		fail "$1" "client exited $6: $(head -c 300 "$work/$2.err")"
@@ -228,7 +221,7 @@ test_bad_messages() {
 		reply status=EBUSY size=0 rkey=0x0
 	EOF
 	wait "$bystander" || status=$?
-	check_bystander "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
+	expect_served "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
 }
 
 # The edges of the 32-bit size field, each on a connection of its own.
@@ -264,7 +257,7 @@ test_oversized_message() {
 	pass_if "$t/server_names_it" "no 'receive ... failed: IBV_WC_...' on the server's stderr" \
 		await_line "$work/server.err" '^rdma_[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_' 5
 	wait "$bystander" || status=$?
-	check_bystander "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
+	expect_served "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
 }
 
 # A client killed in the middle of its stream: the server notices, frees its
@@ -581,28 +574,21 @@ test_stuck_replies() {
 # and one through RDMA_ADDR6, each served (V4, V6: yes) or refused by the
 # CM, which has no listener there (no).
 address_case() {
-	local t=$1 s=$2 v4=$3 v6=$4 listen=$5 fam addr want status why
+	local t=$1 s=$2 v4=$3 v6=$4 listen=$5 fam addr want status
 	shift 5
 	own_server "$t" "$s" "$@" || return 0
-	if grep -q "^listen port=$server_port address=$listen pool_size=" "$work/server.out"; then
-		pass "$t/listen_line_says_where"
-	else
-		fail "$t/listen_line_says_where" "$(head -n 1 "$work/server.out")"
-	fi
+	pass_if "$t/listen_line_says_where" "$(head -n 1 "$work/server.out")" \
+		grep -q "^listen port=$server_port address=$listen pool_size=" "$work/server.out"
 	for fam in 4 6; do
-		addr=$RDMA_ADDR want=$v4 status=0 why=
+		addr=$RDMA_ADDR want=$v4 status=0
 		[ "$fam" = 6 ] && addr=$RDMA_ADDR6 want=$v6
 		run_client "v$fam" "$server_port" "$addr" 4096 -n 100 -k 10 || status=$?
-		if [ "$want" = no ]; then
-			if [ "$status" != 0 ] && grep -q 'rejected the connection: is a server listening there' "$work/v$fam.err"; then
-				pass "$t/ipv${fam}_refused"
-			else
-				fail "$t/ipv${fam}_refused" "exit $status: $(head -c 300 "$work/v$fam.err")"
-			fi
-		elif [ "$status" = 0 ] && why=$(check_session "v$fam" 100 10 4096); then
-			pass "$t/ipv${fam}_served"
+		if [ "$want" = yes ]; then
+			expect_served "$t/ipv${fam}_served" "v$fam" 100 10 4096 "$status"
+		elif [ "$status" != 0 ] && grep -q 'rejected the connection: is a server listening there' "$work/v$fam.err"; then
+			pass "$t/ipv${fam}_refused"
 		else
-			fail "$t/ipv${fam}_served" "exit $status: ${why:-$(head -c 300 "$work/v$fam.err")}"
+			fail "$t/ipv${fam}_refused" "exit $status: $(head -c 300 "$work/v$fam.err")"
 		fi
 	done
 	stop_server || fail "$t/sigint_exits_0" "exit status $?"
@@ -827,9 +813,5 @@ test_isolation_mw_refused() {
 	expect_error "$t/refused_on_rxe" 10 \
 		"^$s: --isolation mw: $RDMA_DEV is Soft-RoCE \(rxe\), whose memory windows let any client crash this machine's kernel \(.*rxe_mw\.c\); use --isolation mr$" \
 		"$top/$s" --port 0 --isolation mw
-	if grep -q '^listen ' "$work/cmd.out"; then
-		fail "$t/never_listens" "it listened first: $(head -n 1 "$work/cmd.out")"
-	else
-		pass "$t/never_listens"
-	fi
+	pass_unless "$t/never_listens" "$(sed -n 's/^listen /it listened first: &/p' "$work/cmd.out")"
 }
