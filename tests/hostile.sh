@@ -4,20 +4,6 @@
 # cost the server nothing lasting. Sourced by e2e.sh after lib.sh and
 # robust.sh; each test starts a server of its own.
 
-# hostile_peer NAME PORT [--no-rtu] STEPS...: ctrl_peer in the background,
-# output in $work/NAME.out/.err; its pid in $hostile_pid.
-hostile_peer() {
-	local name=$1 port=$2 opts=()
-	shift 2
-	if [ "${1:-}" = --no-rtu ]; then
-		opts=(--no-rtu)
-		shift
-	fi
-	timeout 120 "$peer" "${opts[@]}" "$RDMA_ADDR" "$port" "$@" \
-		>"$work/$name.out" 2>"$work/$name.err" &
-	hostile_pid=$!
-}
-
 # server_end T: every place and chunk back once the peers are gone, and
 # the server exits 0 on SIGINT.
 server_end() {
@@ -41,12 +27,12 @@ granted_qp() {
 test_handshake_deadline() {
 	local s=$1 t=$1/handshake_deadline status=0
 	own_server "$t" "$s" --max-conns 1 --handshake-timeout-ms 1500 || return 0
-	hostile_peer nortu "$server_port" --no-rtu sleep:30000
+	peer_bg nortu "$server_port" --no-rtu sleep:30000
 	pass_if "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s" \
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20
 	run_client after "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	expect_served "$t/next_client_served" after 100 10 4096 "$status"
-	end_jobs "$hostile_pid"
+	end_jobs "$peer_pid"
 	server_end "$t"
 }
 
@@ -56,15 +42,15 @@ test_handshake_deadline() {
 test_lost_rtu() {
 	local s=$1 t=$1/lost_rtu qp
 	own_server "$t" "$s" --handshake-timeout-ms 1500 || return 0
-	hostile_peer nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
+	peer_bg nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
 	if ! qp=$(granted_qp nortu); then
 		fail "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")"
-		end_jobs "$hostile_pid"
+		end_jobs "$peer_pid"
 		stop_server || true
 		return
 	fi
 	pass_if "$t/established" "no 'connect $qp' line within 5 s" await_line "$work/server.out" "^connect $qp device=" 5
-	wait "$hostile_pid" || true
+	wait "$peer_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
 		fail "$t/not_closed" "$(grep "^close $qp " "$work/server.out")"
 	elif [ "$(grep -c "^doorbell $qp seq=1 value=1 ok\$" "$work/server.out")" != 2 ]; then
@@ -104,9 +90,8 @@ test_source_limits() {
 	# The half-open pair must outlast the checks: a long deadline.
 	own_server "$t" "$s" --handshakes-per-source 2 --handshake-timeout-ms 20000 || return 0
 	for i in 1 2; do
-		timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" sleep:8000 \
-			>"$work/half$i.out" 2>"$work/half$i.err" &
-		pids+=("$!")
+		peer_bg "half$i" "$server_port" --no-rtu sleep:8000
+		pids+=("$peer_pid")
 	done
 	for ((i = 0; i < 100 && $(qps_of "$server_pid") < 2; i++)); do sleep 0.1; done
 	peer_steps same "$server_port" req:4096 || true
@@ -128,9 +113,9 @@ test_source_limits() {
 test_request_deadline() {
 	local s=$1 t=$1/request_deadline qp
 	own_server "$t" "$s" --request-timeout-ms 1500 || return 0
-	hostile_peer asker "$server_port" req:4096 sleep:3000 write:0:1 ring:1
-	local asker=$hostile_pid
-	hostile_peer idle "$server_port" sleep:6000
+	peer_bg asker "$server_port" req:4096 sleep:3000 write:0:1 ring:1
+	local asker=$peer_pid
+	peer_bg idle "$server_port" sleep:6000
 	pass_if "$t/closed_in_time" "no 'close ... reason=request_timeout' within 10 s" \
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=request_timeout$' 10
 	wait "$asker" || true
@@ -141,7 +126,7 @@ test_request_deadline() {
 	else
 		fail "$t/asker_stays" "$(cat "$work/asker.out" "$work/asker.err"; grep "^close ${qp:-none} " "$work/server.out")"
 	fi
-	end_jobs "$hostile_pid"
+	end_jobs "$peer_pid"
 	server_end "$t"
 }
 
@@ -151,9 +136,9 @@ test_request_deadline() {
 test_keepalive() {
 	local s=$1 t=$1/keepalive qp
 	own_server "$t" "$s" --keepalive-ms 1000 || return 0
-	hostile_peer quiet "$server_port" req:4096 sleep:4000
+	peer_bg quiet "$server_port" req:4096 sleep:4000
 	qp=$(granted_qp quiet) || { fail "$t" "the quiet peer got no slice"; return; }
-	wait "$hostile_pid" || true
+	wait "$peer_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
 		fail "$t/quiet_is_no_reason" "$(grep "^close $qp " "$work/server.out")"
 	elif ! grep -qx "disconnect $qp" "$work/server.out" && ! await_line "$work/server.out" "^disconnect $qp\$" 10; then
@@ -162,14 +147,14 @@ test_keepalive() {
 		pass "$t/quiet_is_no_reason"
 	fi
 
-	hostile_peer gone "$server_port" req:4096 vanish sleep:30000
+	peer_bg gone "$server_port" req:4096 vanish sleep:30000
 	qp=$(granted_qp gone) || { fail "$t" "the vanishing peer got no slice"; return; }
 	await_line "$work/gone.out" '^vanished$' 10 || true
 	pass_if "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s" \
 		await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8
 	# Its place and slice come back while it still sleeps.
 	expect_stats "$t/vanished_peer_freed"
-	end_jobs "$hostile_pid"
+	end_jobs "$peer_pid"
 	stop_server || fail "$t/server_survives" "exit status $?"
 }
 
@@ -180,7 +165,7 @@ test_keepalive() {
 test_broken_qp() {
 	local s=$1 t=$1/broken_qp qp
 	own_server "$t" "$s" --keepalive-ms 1000 --pool-size 4096 || return 0
-	hostile_peer broken "$server_port" req:4096 write:4096:1 sleep:30000
+	peer_bg broken "$server_port" req:4096 write:4096:1 sleep:30000
 	qp=$(granted_qp broken) || { fail "$t" "the peer got no slice"; return; }
 	if ! await_line "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
 		fail "$t/closed_with_reason" "the write past the pool was not refused: $(cat "$work/broken.out")"
@@ -190,7 +175,7 @@ test_broken_qp() {
 		fail "$t/closed_with_reason" "no 'close $qp reason=qp_error' within 8 s"
 	fi
 	expect_stats "$t/place_freed"
-	end_jobs "$hostile_pid"
+	end_jobs "$peer_pid"
 	stop_server || fail "$t/server_survives" "exit status $?"
 }
 

@@ -138,6 +138,20 @@ peer_steps() {
 	timeout 60 "$peer" "$RDMA_ADDR" "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
 }
 
+# peer_bg NAME PORT [--no-rtu] STEP...: the same in the background, for up
+# to 120 s; its pid in $peer_pid (timeout's own: it passes a kill on).
+peer_bg() {
+	local name=$1 port=$2 opts=()
+	shift 2
+	if [ "${1:-}" = --no-rtu ]; then
+		opts=(--no-rtu)
+		shift
+	fi
+	timeout 120 "$peer" "${opts[@]}" "$RDMA_ADDR" "$port" "$@" \
+		>"$work/$name.out" 2>"$work/$name.err" &
+	peer_pid=$!
+}
+
 # expect_lines NAME FILE: FILE holds exactly the lines on stdin, once a
 # non-zero rkey in it is written as rkey=KEY (its value is the server's).
 expect_lines() {
@@ -368,9 +382,8 @@ test_max_conns() {
 	local s=$1 t=$1/max_conns i pids=()
 	own_server "$t" "$s" --max-conns 2 || return 0
 	for i in 1 2; do
-		timeout 120 "$peer" "$RDMA_ADDR" "$server_port" req:4096 sleep:100000 \
-			>"$work/hold$i.out" 2>"$work/hold$i.err" &
-		pids+=("$!")
+		peer_bg "hold$i" "$server_port" req:4096 sleep:100000
+		pids+=("$peer_pid")
 	done
 	if await_line "$work/hold1.out" '^reply' 20 && await_line "$work/hold2.out" '^reply' 20; then
 		expect_error "$t/third_rejected" 10 'rejected the connection: server-full' \
@@ -390,12 +403,9 @@ test_max_conns() {
 # ESTABLISHED), so the server must close it itself, at once: with
 # --max-conns 1 the next client is served while the peer still holds it.
 test_closed_before_established() {
-	local s=$1 t=$1/closed_before_established pid
+	local s=$1 t=$1/closed_before_established
 	own_server "$t" "$s" --max-conns 1 || return 0
-	timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" \
-		send:200:0x52444d41:1:1:4096 sleep:30000 \
-		>"$work/nortu.out" 2>"$work/nortu.err" &
-	pid=$!
+	peer_bg nortu "$server_port" --no-rtu send:200:0x52444d41:1:1:4096 sleep:30000
 	if ! await_line "$work/nortu.out" '^reply status=IBV_WC_' 20; then
 		fail "$t/server_closes_it" "the peer's message was not refused: $(cat "$work/nortu.out" "$work/nortu.err" | head -c 300)"
 	elif ! await_line "$work/server.out" '^disconnect qp=' 5; then
@@ -406,7 +416,7 @@ test_closed_before_established() {
 		pass "$t/server_closes_it"
 	fi
 	test_one_client "$t" "$server_port"
-	end_jobs "$pid"
+	end_jobs "$peer_pid"
 	expect_stats "$t/nothing_lost"
 	stop_server || true
 }
