@@ -110,11 +110,8 @@ test_server_args() {
 test_memlock() {
 	local s=$1 t=$1/args/memlock_too_low pid status=0 port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	open_copy
-	(
-		ulimit -l 1024
-		exec "${NOBODY[@]}" "$open_top/$s" --port 0
-	) >"$work/memlock.out" 2>"$work/memlock.err" &
+	as_user 1024
+	"${nobody_cmd[@]}" "$open_top/$s" --port 0 >"$work/memlock.out" 2>"$work/memlock.err" &
 	pid=$!
 	port=$(listen_port "$work/memlock.out" "$pid") || true
 	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
@@ -338,7 +335,7 @@ own_server() {
 # Servers stopped under load: each streaming client reports the failed work
 # completion by its status name and exits non-zero within a few seconds.
 test_server_dies() {
-	local s=$1 how=$2 t=$1/server_$2_under_load i pids=() status bad=''
+	local s=$1 how=$2 t=$1/server_$2_under_load i pids=() status bad='' sig=INT
 	own_server "$t" "$s" || return 0
 	for i in 0 1 2; do
 		run_client "load$i" "$server_port" "$RDMA_ADDR" 8192 -n 4000000 -k 64 &
@@ -347,11 +344,8 @@ test_server_dies() {
 	for i in 0 1 2; do
 		await_line "$work/load$i.out" '^doorbell seq=' 20 || bad="client $i never started"
 	done
-	if [ "$how" = killed ]; then
-		kill -KILL "$server_pid"
-	else
-		kill -INT "$server_pid"
-	fi
+	[ "$how" = stopped ] || sig=KILL
+	kill -s "$sig" "$server_pid"
 	local start=$SECONDS
 	for i in 0 1 2; do
 		status=0
