@@ -43,12 +43,8 @@ test_lost_rtu() {
 	local s=$1 t=$1/lost_rtu qp
 	own_server "$t" "$s" --handshake-timeout-ms 1500 || return 0
 	peer_bg nortu "$server_port" --no-rtu req:4096 write:0:1 ring:1 sleep:4000 ring:1
-	if ! qp=$(granted_qp nortu); then
-		fail "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")"
-		end_jobs "$peer_pid"
-		stop_server || true
-		return
-	fi
+	qp=$(granted_qp nortu) ||
+		{ give_up "$t" "the peer got no slice: $(cat "$work/nortu.out" "$work/nortu.err")" "$peer_pid"; return; }
 	pass_if "$t/established" "no 'connect $qp' line within 5 s" await_line "$work/server.out" "^connect $qp device=" 5
 	wait "$peer_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
@@ -137,7 +133,7 @@ test_keepalive() {
 	local s=$1 t=$1/keepalive qp
 	own_server "$t" "$s" --keepalive-ms 1000 || return 0
 	peer_bg quiet "$server_port" req:4096 sleep:4000
-	qp=$(granted_qp quiet) || { fail "$t" "the quiet peer got no slice"; return; }
+	qp=$(granted_qp quiet) || { give_up "$t" "the quiet peer got no slice" "$peer_pid"; return; }
 	wait "$peer_pid" || true
 	if grep -q "^close $qp " "$work/server.out"; then
 		fail "$t/quiet_is_no_reason" "$(grep "^close $qp " "$work/server.out")"
@@ -148,7 +144,7 @@ test_keepalive() {
 	fi
 
 	peer_bg gone "$server_port" req:4096 vanish sleep:30000
-	qp=$(granted_qp gone) || { fail "$t" "the vanishing peer got no slice"; return; }
+	qp=$(granted_qp gone) || { give_up "$t" "the vanishing peer got no slice" "$peer_pid"; return; }
 	await_line "$work/gone.out" '^vanished$' 10 || true
 	pass_if "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s" \
 		await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8
@@ -166,7 +162,7 @@ test_broken_qp() {
 	local s=$1 t=$1/broken_qp qp
 	own_server "$t" "$s" --keepalive-ms 1000 --pool-size 4096 || return 0
 	peer_bg broken "$server_port" req:4096 write:4096:1 sleep:30000
-	qp=$(granted_qp broken) || { fail "$t" "the peer got no slice"; return; }
+	qp=$(granted_qp broken) || { give_up "$t" "the peer got no slice" "$peer_pid"; return; }
 	if ! await_line "$work/broken.out" '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' 10; then
 		fail "$t/closed_with_reason" "the write past the pool was not refused: $(cat "$work/broken.out")"
 	elif await_line "$work/server.out" "^close $qp reason=qp_error\$" 8; then
@@ -218,7 +214,7 @@ test_invalidate() {
 	run_client victim "$server_port" "$RDMA_ADDR" 1048576 -n "$n" -k 1000 &
 	victim=$!
 	if ! await_line "$work/server.out" '^grant ' 20; then
-		fail "$t" "the victim got no slice: $(head -c 300 "$work/victim.err")"
+		give_up "$t" "the victim got no slice: $(head -c 300 "$work/victim.err")"
 		wait "$victim" || true
 		return
 	fi

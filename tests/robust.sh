@@ -52,7 +52,7 @@ test_client_rejection_escaped() {
 		>"$work/bad.out" 2>"$work/bad.err" &
 	pid=$!
 	port=$(listen_port "$work/bad.out" "$pid") ||
-		{ fail "$t" "bad_server did not listen: $(head -c 300 "$work/bad.err")"; return; }
+		{ fail "$t" "bad_server did not listen: $(head -c 300 "$work/bad.err")"; end_jobs "$pid"; return; }
 	timeout 30 "$client" -p "$port" "$RDMA_ADDR" 100 >"$work/cmd.out" 2>"$work/cmd.err" || status=$?
 	{ wait "$pid" || true; } 2>/dev/null
 	if [ "$status" = 0 ]; then
@@ -325,11 +325,17 @@ test_cycles() {
 # the server said, and false (callers return 0: e2e.sh runs under set -e).
 own_server() {
 	start_server "${@:2}" && return
-	fail "$1" "server did not start: $(head -c 300 "$work/server.err")"
-	# One that runs on without listening would outlive the run: the next
-	# start_server forgets its pid, and cleanup kills only the last.
-	stop_server || true
+	give_up "$1" "server did not start: $(head -c 300 "$work/server.err")"
 	return 1
+}
+
+# give_up T WHY [PID...]: T fails saying WHY, and the test's server and
+# peers (PIDs) are ended. A server left running would outlive the run: the
+# next start_server forgets its pid, and cleanup kills only the last.
+give_up() {
+	fail "$1" "$2"
+	stop_server || true
+	[ $# -lt 3 ] || end_jobs "${@:3}"
 }
 
 # Servers stopped under load: each streaming client reports the failed work
@@ -790,7 +796,7 @@ test_isolation_unprivileged() {
 		>"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	port=$(listen_port "$work/server.out" "$server_pid") ||
-		{ fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"; return; }
+		{ give_up "$t" "the server did not listen: $(head -c 300 "$work/server.err")"; return; }
 	peer_steps first "$port" req:1048576 sleep:4000 &
 	pid=$!
 	await_line "$work/first.out" '^reply ' 20 || true
