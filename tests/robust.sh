@@ -279,11 +279,8 @@ test_client_killed() {
 	"$client" --port "$port" "$RDMA_ADDR" 16384 -n 4000000 -k 64 \
 		>"$work/victim.out" 2>"$work/victim.err" &
 	local pid=$!
-	if ! await_line "$work/victim.out" '^doorbell seq=' 20; then
-		fail "$t" "the victim never rang a doorbell: $(head -c 300 "$work/victim.err")"
-		end_jobs "$pid"
-		return
-	fi
+	await_line "$work/victim.out" '^doorbell seq=' 20 ||
+		{ fail "$t" "the victim never rang a doorbell: $(head -c 300 "$work/victim.err")"; end_jobs "$pid"; return; }
 	kill -KILL "$pid"
 	wait "$pid" 2>/dev/null || true
 	local killed_at=$SECONDS
@@ -371,7 +368,7 @@ test_server_dies() {
 	if [ "$how" = stopped ] && [ "$status" != 0 ]; then
 		bad="server exited $status after SIGINT"
 	fi
-	if [ -n "$bad" ]; then fail "$t" "$bad"; else pass "$t"; fi
+	pass_unless "$t" "$bad"
 }
 
 # One connection more than --max-conns: rejected, with the reason on both
@@ -449,7 +446,7 @@ test_burst_at_the_limit() {
 	if [ -z "$bad" ] && grep -q 'server-full' "$work/server.out"; then
 		bad="a peer was refused as server-full"
 	fi
-	if [ -n "$bad" ]; then fail "$t/all_get_in" "$bad"; else pass "$t/all_get_in"; fi
+	pass_unless "$t/all_get_in" "$bad"
 	end_jobs "${holders[@]}"
 	expect_stats "$t/nothing_lost"
 	if stop_server; then
@@ -477,7 +474,7 @@ hw_counter() {
 # once in CI a write's retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of
 # 0.27 s); at nice 19, still some RNR NAKs in every run.
 test_load() {
-	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line
+	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line why
 	local -A before=() after=()
 	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
 	# 32 clients from one address, at once: more in their handshake than
@@ -497,8 +494,7 @@ test_load() {
 	for i in "${counters[@]}"; do after[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
 		[ -n "$bad" ] && break
-		check_session "l$i" 2000 16 8192 >"$work/check" ||
-			bad="client $i: $(cat "$work/check")"
+		why=$(check_session "l$i" 2000 16 8192) || bad="client $i: $why"
 	done
 	want=$((32 * 125))
 	line=$(stats_idle | tail -n 1)
@@ -564,15 +560,13 @@ test_stuck_replies() {
 		# (In a subshell: bash's "Killed" notice goes to /dev/null.)
 		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" "${steps[@]}" \
 			>"$work/stuck.out" 2>"$work/stuck.err") 2>/dev/null || true
-		if ! grep -qx 'blind sent=8' "$work/stuck.out"; then
-			bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300 || true)"
-			break
-		fi
+		grep -qx 'blind sent=8' "$work/stuck.out" ||
+			{ bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300 || true)"; break; }
 	done
 	if [ -z "$bad" ] && grep -Eq 'no reply buffer|sent more than' "$work/server.err"; then
 		bad="the server ran out: $(grep -m 1 -E 'no reply buffer|sent more than' "$work/server.err")"
 	fi
-	if [ -n "$bad" ]; then fail "$t/nine_peers" "$bad"; else pass "$t/nine_peers"; fi
+	pass_unless "$t/nine_peers" "$bad"
 	expect_stats "$t/nothing_lost"
 	test_one_client "$t" "$server_port"
 	expect_stats "$t/nothing_lost_after_a_client"
