@@ -25,13 +25,12 @@ granted_qp() {
 # With --max-conns 1, the server must close it after
 # --handshake-timeout-ms and then serve an ordinary client.
 test_handshake_deadline() {
-	local s=$1 t=$1/handshake_deadline status=0
+	local s=$1 t=$1/handshake_deadline
 	own_server "$t" "$s" --max-conns 1 --handshake-timeout-ms 1500 || return 0
 	peer_bg nortu "$server_port" --no-rtu sleep:30000
 	pass_if "$t/closed_in_time" "no 'close ... reason=handshake_timeout' within 20 s" \
 		await_line "$work/server.out" '^close qp=0x[0-9a-f]+ reason=handshake_timeout$' 20
-	run_client after "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
-	expect_served "$t/next_client_served" after 100 10 4096 "$status"
+	client_session "$t/next_client_served" after "$server_port" 4096 100 10 4096
 	end_jobs "$peer_pid"
 	server_end "$t"
 }
