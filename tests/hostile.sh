@@ -263,7 +263,7 @@ server_into_fifo() {
 	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$err" &
 	server_pid=$!
 	server_port=$(listen_port "$work/server.out" "$server_pid") && return
-	stop_server || true # as in own_server
+	stop_server || true # (see give_up)
 	end_jobs "$reader_pid"
 	return 1
 }
