@@ -596,10 +596,9 @@ address_case() {
 	stop_server || fail "$t/sigint_exits_0" "exit status $?"
 }
 
-# Where the server listens (-a): by default every address of both
-# families, one listener for both (with a key per slice too); given an
-# address, that one only; given one that is not this machine's, it says so
-# and exits.
+# Where the server listens (-a): by default every address of both families,
+# one listener for both (with a key per slice too); given an address, that
+# one only; given one that is not this machine's, it says so and exits.
 test_addresses() {
 	local s=$1 t=$1/address
 	[ -n "${RDMA_ADDR6:-}" ] ||
