@@ -79,8 +79,7 @@ compare() {
 	while read -r name; do
 		if cmp -s "$out/tick/$name" "$out/ev/$name"; then
 			if [ -n "${DESIGNED[$name]+set}" ]; then
-				fail "designed_$name" "declared a designed difference" \
-					"(${DESIGNED[$name]}), but it is the same in both: drop it from tests/twins.sh"
+				fail "designed_$name" "declared a designed difference (${DESIGNED[$name]}), but it is the same in both: drop it from tests/twins.sh"
 			else
 				same=$((same + 1))
 			fi
