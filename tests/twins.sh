@@ -98,16 +98,13 @@ compare() {
 	fi
 
 	for name in "${!DESIGNED[@]}"; do
-		if [ ! -e "$out/tick/$name" ] || [ ! -e "$out/ev/$name" ]; then
+		[[ -e $out/tick/$name && -e $out/ev/$name ]] ||
 			fail "designed_$name" "declared a designed difference, but not defined in both files"
-		fi
 	done
 
-	if cmp -s "$out/tick.shared" "$out/ev.shared"; then
-		pass "same_order ($shared shared functions)"
-	else
-		fail same_order "the shared functions come in another order: $(diff "$out/tick.shared" "$out/ev.shared" | grep '^[<>]' | tr '\n' ' ')"
-	fi
+	pass_if "same_order ($shared shared functions)" \
+		"the shared functions come in another order: $(diff "$out/tick.shared" "$out/ev.shared" | grep '^[<>]' | tr '\n' ' ')" \
+		cmp -s "$out/tick.shared" "$out/ev.shared"
 }
 
 compare "$tick" "$ev" "$work/real"
