@@ -13,9 +13,7 @@ doctor_need_kib='' # what the doctor says the server pins, once it has said
 # doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output
 # in $work/NAME.out; returns its exit status.
 doctor_run() {
-	local name=$1
-	shift
-	"$@" timeout 120 "$doctor" >"$work/$name.out" 2>"$work/$name.err"
+	"${@:2}" timeout 120 "$doctor" >"$work/$1.out" 2>"$work/$1.err"
 }
 
 # exit_status SECONDS: the server's exit status once it has exited by
@@ -30,28 +28,27 @@ exit_status() {
 # Every check ok, in order, and the address it found is one the tests
 # connect to (with a second device, the doctor may take that one).
 test_doctor_passes() {
-	local t=doctor/passes status=0 want got
+	local t=doctor/passes status=0 want got why=''
 	doctor_run doctor || status=$?
 	want=$(printf '%s\n' "${DOCTOR_CHECKS[@]}")
 	got=$(sed -n 's/^ok   \([^:]*\):.*/\1/p' "$work/doctor.out")
 	if [ "$status" != 0 ]; then
-		fail "$t" "exited $status: $(grep -A1 '^FAIL' "$work/doctor.out" | tr '\n' '|')"
+		why="exited $status: $(grep -A1 '^FAIL' "$work/doctor.out" | tr '\n' '|' || true)"
 	elif [ "$want" != "$got" ]; then
-		fail "$t" "ok lines for [$(echo "$got" | tr '\n' '|')], want [$(echo "$want" | tr '\n' '|')]"
+		why="ok lines for [$(echo "$got" | tr '\n' '|')], want [$(echo "$want" | tr '\n' '|')]"
 	elif ! grep -Eq "^ok   IPv4 address: ($RDMA_ADDR|${RDMA_ADDR_DEV2:-$RDMA_ADDR}) on " "$work/doctor.out"; then
-		fail "$t" "the address found is not RDMA_ADDR=$RDMA_ADDR${RDMA_ADDR_DEV2:+ nor RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2}"
+		why="the address found is not RDMA_ADDR=$RDMA_ADDR${RDMA_ADDR_DEV2:+ nor RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2}"
 	elif [ "$(tail -n 1 "$work/doctor.out")" != "doctor: ${#DOCTOR_CHECKS[@]} checks: ${#DOCTOR_CHECKS[@]} ok, 0 failed, 0 skipped" ]; then
-		fail "$t" "last line: $(tail -n 1 "$work/doctor.out")"
-	else
-		pass "$t"
+		why="last line: $(tail -n 1 "$work/doctor.out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # No device: the sysfs device lists and device nodes hidden by empty mounts,
 # in a private mount namespace.  The module is still loaded, so the fix is
 # to add a link; what needs a device is skipped.
 test_doctor_no_device() {
-	local t=doctor/no_device status=0 out=$work/nodev.out
+	local t=doctor/no_device status=0 out=$work/nodev.out why=''
 	needs_root "$t" "hide the device in a mount namespace" || return 0
 	# shellcheck disable=SC2016 # expanded by sh
 	doctor_run nodev unshare --mount sh -c \
@@ -60,19 +57,18 @@ test_doctor_no_device() {
 		 done
 		 exec "$@"' sh || status=$?
 	if [ "$status" != 1 ]; then
-		fail "$t" "exited $status, not 1: $(head -c 300 "$work/nodev.err")"
+		why="exited $status, not 1: $(head -c 300 "$work/nodev.err")"
 	elif ! grep -qx 'FAIL RDMA device: none in /sys/class/infiniband' "$out"; then
-		fail "$t" "no line 'FAIL RDMA device: none in /sys/class/infiniband'"
+		why="no line 'FAIL RDMA device: none in /sys/class/infiniband'"
 	elif ! grep -A1 -x 'FAIL RDMA device: .*' "$out" | tail -n 1 |
 		grep -q '^     fix: as root: rdma link add rxe0 type rxe netdev [a-z0-9_]'; then
-		fail "$t" "no 'fix: as root: rdma link add rxe0 type rxe netdev ...' after it"
+		why="no 'fix: as root: rdma link add rxe0 type rxe netdev ...' after it"
 	elif ! grep -qx 'skip link state: no RDMA device' "$out"; then
-		fail "$t" "the link check was not skipped"
+		why="the link check was not skipped"
 	elif ! grep -qx "doctor: ${#DOCTOR_CHECKS[@]} checks: 2 ok, 2 failed, 5 skipped" "$out"; then
-		fail "$t" "last line: $(tail -n 1 "$out")"
-	else
-		pass "$t"
+		why="last line: $(tail -n 1 "$out")"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # memlock_server KIB: the event-driven server (it pins the most: the pool,
@@ -94,37 +90,36 @@ memlock_server() {
 # the server needs (kept in doctor_need_kib for the next test) and the fix,
 # and the server really fails to register its pool.
 test_doctor_memlock_too_low() {
-	local t=doctor/memlock_too_low kib=$((4096 - 4)) status=0 cstatus=0 sstatus=0 line
+	local t=doctor/memlock_too_low kib=$((4096 - 4)) status=0 cstatus=0 sstatus=0 line why=''
 	local want="^FAIL memlock: ulimit -l is $kib KiB but the server pins ([0-9]+) KiB \\(its 4 MiB pool and buffers\\): ibv_reg_mr would fail with ENOMEM\$"
 	needs_root "$t" "run as another user (setpriv)" || return 0
 	as_user "$kib"
 	doctor=$open_top/scripts/doctor.sh doctor_run lowdoc "${nobody_cmd[@]}" || status=$?
 	line=$(grep '^FAIL memlock: ' "$work/lowdoc.out" || true)
 	if [ "$status" != 1 ]; then
-		fail "$t" "doctor exited $status, not 1"
+		why="doctor exited $status, not 1"
 	elif [[ ! $line =~ $want ]]; then
-		fail "$t" "memlock line '$line' does not match '$want'"
+		why="memlock line '$line' does not match '$want'"
 	elif ! grep -A1 -xF "$line" "$work/lowdoc.out" | tail -n 1 |
 		grep -q '^     fix: .*/etc/security/limits.conf.*LimitMEMLOCK='; then
-		fail "$t" "the fix does not name limits.conf and LimitMEMLOCK="
+		why="the fix does not name limits.conf and LimitMEMLOCK="
 	elif [ "$(grep -c '^FAIL ' "$work/lowdoc.out")" != 1 ]; then
-		fail "$t" "more than the memlock check failed: $(grep -A1 '^FAIL ' "$work/lowdoc.out" | tr '\n' '|')"
-	else
-		doctor_need_kib=${BASH_REMATCH[1]}
-		memlock_server "$kib" || cstatus=$?
-		exit_status 20 || sstatus=$?
-		if [ "$cstatus" = 0 ]; then
-			fail "$t" "a client was served with ulimit -l $kib"
-		elif [ "$cstatus" = 200 ]; then
-			fail "$t" "the server did not listen: $(head -c 300 "$work/server.err")"
-		elif [ "$sstatus" = 0 ] || [ "$sstatus" = 124 ]; then
-			fail "$t" "the server exited $sstatus (124: not within 20 s), not with an error"
-		elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/server.err"; then
-			fail "$t" "server: no 'ibv_reg_mr(pool): Cannot allocate memory': $(head -c 300 "$work/server.err")"
-		else
-			pass "$t"
-		fi
+		why="more than the memlock check failed: $(grep -A1 '^FAIL ' "$work/lowdoc.out" | tr '\n' '|')"
 	fi
+	[ -z "$why" ] || { fail "$t" "$why"; return; }
+	doctor_need_kib=${BASH_REMATCH[1]} # the figure the =~ above matched
+	memlock_server "$kib" || cstatus=$?
+	exit_status 20 || sstatus=$?
+	if [ "$cstatus" = 0 ]; then
+		why="a client was served with ulimit -l $kib"
+	elif [ "$cstatus" = 200 ]; then
+		why="the server did not listen: $(head -c 300 "$work/server.err")"
+	elif [ "$sstatus" = 0 ] || [ "$sstatus" = 124 ]; then
+		why="the server exited $sstatus (124: not within 20 s), not with an error"
+	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/server.err"; then
+		why="server: no 'ibv_reg_mr(pool): Cannot allocate memory': $(head -c 300 "$work/server.err")"
+	fi
+	pass_unless "$t" "$why"
 }
 
 # Enough: exactly what the doctor said the server needs.  It says ok, and
