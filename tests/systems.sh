@@ -325,10 +325,8 @@ test_space_in_kernel_cache() {
 test_vm_stopped_while_packing() {
 	local t=vm/stopped_while_packing bin=$work/slow-cpio cache ver run left why=''
 	cache=$(bash -c '. "$1/scripts/vm-lib.sh" && echo "$KERNEL_CACHE"' _ "$top")
-	if ! ver=$("$top/scripts/vm-kernel.sh" 2>"$work/packing.err"); then
-		fail "$t" "no kernel for the VMs: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
-		return
-	fi
+	ver=$("$top/scripts/vm-kernel.sh" 2>"$work/packing.err") ||
+		{ fail "$t" "no kernel for the VMs: $(tail -n 2 "$work/packing.err" | paste -sd' ')"; return; }
 	mkdir -p "$bin"
 	printf '#!/bin/sh\ntouch "%s/packing"\nexec sleep 30\n' "$bin" >"$bin/cpio"
 	chmod +x "$bin/cpio"
@@ -352,12 +350,10 @@ test_vm_stopped_while_packing() {
 test_static_probe() {
 	local t=static_busybox_probe why='' f
 	echo 'int main(void) { return 0; }' >"$work/hello.c"
-	if ! { cc -o "$work/dynamic" "$work/hello.c" &&
+	{ cc -o "$work/dynamic" "$work/hello.c" &&
 		cc -static -o "$work/static" "$work/hello.c" &&
-		cc -static-pie -o "$work/static-pie" "$work/hello.c"; }; then
-		fail "$t" "cannot build the three test programs with cc"
-		return
-	fi
+		cc -static-pie -o "$work/static-pie" "$work/hello.c"; } ||
+		{ fail "$t" "cannot build the three test programs with cc"; return; }
 	for f in static static-pie; do
 		static_elf "$work/$f" || why+="$f taken for dynamic; "
 	done
@@ -564,10 +560,8 @@ touch "%s/busy"; sleep 2; rm -f "%s/busy"
 # package would change what this machine boots next).
 test_vm_kernel_no_rxe_in_boot() {
 	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing ver fetched
-	if ! needs_root "$t" "hide /boot in a mount namespace"; then
-		skip "vm_kernel/fetched_version_in_boot_too" "needs root, as above"
-		return
-	fi
+	needs_root "$t" "hide /boot in a mount namespace" ||
+		{ skip vm_kernel/fetched_version_in_boot_too "needs root, as above"; return; }
 	# A kernel whose modules are here; else /boot is empty, as in a
 	# container (which may have no /lib/modules at all: find fails).
 	ver=$(find /lib/modules -mindepth 1 -maxdepth 1 -type d -printf '%f\n' 2>/dev/null |
