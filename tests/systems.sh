@@ -212,11 +212,8 @@ test_doctor_container_memlock() {
 test_make_names_the_package() {
 	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc
 	local want why=''
-	want=$(
-		read_os_release
-		echo "$(packages_of libibverbs) $(packages_of librdmacm)" | tr ' ' '\n' | awk '!seen[$0]++' | tr '\n' ' '
-	)
-	want=${want% }
+	want=$(read_os_release; echo "$(packages_of libibverbs) $(packages_of librdmacm)" |
+		tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')
 	mkdir -p "$empty"
 	PKG_CONFIG_LIBDIR=$empty PKG_CONFIG_PATH='' make -s -C "$top" check-build >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ]; then
@@ -279,7 +276,7 @@ EOF
 # install, and the VMs' kernel has no list to come from.  Each says in one
 # line that the archive cannot be reached, and what to do.
 test_no_network() {
-	local out=$work/nonet.out status=0 got
+	local out=$work/nonet.out status=0 why=''
 	if [ "$(id -u)" != 0 ] || [ ! -d /var/lib/dpkg ] || ! command -v apt-get >/dev/null; then
 		skip "no_network" "needs root and apt, to run apt-get with no network"
 		return
@@ -289,19 +286,16 @@ test_no_network() {
 		mount -t tmpfs none /var/lib/apt/lists && mkdir /var/lib/apt/lists/partial &&
 		mount -t tmpfs none /var/lib/dpkg && mkdir /var/lib/dpkg/info /var/lib/dpkg/updates &&
 		touch /var/lib/dpkg/status && exec "$1" build' sh "$deps" >"$out" 2>&1 || status=$?
-	got=$(grep '^deps: cannot install .*libibverbs-dev.*: apt-get update could not reach the package archive (.*); give this machine the network' "$out") || true
-	if [ "$status" != 1 ] || [ -z "$got" ]; then
-		fail no_network/deps "exited $status, not 1 with a line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
-	else
-		pass no_network/deps
+	if [ "$status" != 1 ] || ! grep -q '^deps: cannot install .*libibverbs-dev.*: apt-get update could not reach the package archive (.*); give this machine the network' "$out"; then
+		why="exited $status, not 1 with a line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
 	fi
-	status=0
+	pass_unless no_network/deps "$why"
+	status=0 why=''
 	KERNEL_CACHE=$work/nonet-kernels unshare --net "$top/scripts/vm-kernel.sh" >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ] || ! grep -q "^vm-kernel: cannot reach Debian's archive (.*): give this machine the network" "$out"; then
-		fail no_network/vm_kernel "exited $status, with no line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
-	else
-		pass no_network/vm_kernel
+		why="exited $status, with no line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
 	fi
+	pass_unless no_network/vm_kernel "$why"
 }
 
 # A KERNEL_CACHE with a space cannot reach the VM's kernel command line:
@@ -407,25 +401,19 @@ table_meaning() (
 # it has.  The build and run needs are always installed by make test (13
 # of them); a table with one wrong package is caught.
 test_table_meaning() {
-	local t=packages/bring_what_they_say out checked why=''
-	if ! command -v dpkg-query >/dev/null || ! command -v apt-cache >/dev/null; then
-		skip "$t" "asks dpkg which package has each file, and this system has none"
-		return
-	fi
+	local t=packages/bring_what_they_say out checked why
+	type -P dpkg-query apt-cache >/dev/null ||
+		{ skip "$t" "asks dpkg which package has each file, and this system has none"; return; }
 	out=$(table_meaning "$top/scripts/packages.txt")
 	checked=$(sed -n 's/^checked //p' <<<"$out")
-	if [ "$(grep -vc '^checked ' <<<"$out")" != 0 ]; then
-		fail "$t" "$(grep -v '^checked ' <<<"$out" | paste -sd';')"
-	elif [ "$checked" -lt 13 ]; then
-		fail "$t" "only $checked needs are installed here, not every build and run need"
-	else
-		pass "$t"
-	fi
+	why=$(grep -v '^checked ' <<<"$out" | paste -sd';') || true
+	[ -n "$why" ] || [ "$checked" -ge 13 ] ||
+		why="only $checked needs are installed here, not every build and run need"
+	pass_unless "$t" "$why"
 	sed 's/debian=rdmacm-utils/debian=perftest/' "$top/scripts/packages.txt" >"$work/wrong.txt"
 	out=$(table_meaning "$work/wrong.txt")
-	grep -qx "rping: the table says perftest, but $(command -v rping) is rdmacm-utils's" <<<"$out" ||
-		why="rping given perftest's package was not caught: $(paste -sd';' <<<"$out")"
-	pass_unless "$t/catches_a_wrong_package" "$why"
+	pass_if "$t/catches_a_wrong_package" "rping given perftest's package was not caught: $(paste -sd';' <<<"$out")" \
+		grep -qx "rping: the table says perftest, but $(command -v rping) is rdmacm-utils's" <<<"$out"
 }
 
 # probe_finds PROBE PATH: true if the table's PROBE looks for a file such
@@ -500,11 +488,8 @@ test_packaging() {
 	done
 	sed 's/fedora=librdmacm-utils/fedora=perftest/' "$top/scripts/packages.txt" >"$work/wrong-fedora.txt"
 	out=$(packaging_meaning "$work/wrong-fedora.txt" fedora-42 "$top/tests/packaging/fedora-42")
-	if grep -qx "rping: the table says perftest for fedora-42, and $top/tests/packaging/fedora-42 says librdmacm-utils" <<<"$out"; then
-		pass "packages/fedora-42/catches_a_wrong_package"
-	else
-		fail "packages/fedora-42/catches_a_wrong_package" "rping given perftest on Fedora was not caught: $(paste -sd';' <<<"$out")"
-	fi
+	pass_if packages/fedora-42/catches_a_wrong_package "rping given perftest on Fedora was not caught: $(paste -sd';' <<<"$out")" \
+		grep -qx "rping: the table says perftest for fedora-42, and $top/tests/packaging/fedora-42 says librdmacm-utils" <<<"$out"
 }
 
 # A kernel fetch for the VMs that fails half way (a package that will not
@@ -536,11 +521,11 @@ test_vm_kernel_two_at_once() {
 	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
 	mkdir -p "$bin"
 	cp "$work/fake-apt/apt-cache" "$bin/"
-	printf '#!/bin/sh
-[ ! -e "%s/busy" ] || echo overlap >>"%s/overlaps"
-touch "%s/busy"; sleep 2; rm -f "%s/busy"
-' \
-		"$bin" "$bin" "$bin" "$bin" >"$bin/apt-get"
+	cat >"$bin/apt-get" <<EOF
+#!/bin/sh
+[ ! -e "$bin/busy" ] || echo overlap >>"$bin/overlaps"
+touch "$bin/busy"; sleep 2; rm -f "$bin/busy"
+EOF
 	chmod +x "$bin/apt-get"
 	for i in 1 2; do
 		KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/two$i.err" &
