@@ -16,15 +16,6 @@ doctor_run() {
 	"${@:2}" timeout 120 "$doctor" >"$work/$1.out" 2>"$work/$1.err"
 }
 
-# exit_status SECONDS: the server's exit status once it has exited by
-# itself, or 124 if it is still running after SECONDS (it is then killed).
-exit_status() {
-	local status=0
-	await_exit "$server_pid" "$1" || status=$?
-	server_pid=
-	return "$status"
-}
-
 # Every check ok, in order, and the address it found is one the tests
 # connect to (with a second device, the doctor may take that one).
 test_doctor_passes() {
@@ -109,7 +100,8 @@ test_doctor_memlock_too_low() {
 	[ -z "$why" ] || { fail "$t" "$why"; return; }
 	doctor_need_kib=${BASH_REMATCH[1]} # the figure the =~ above matched
 	memlock_server "$kib" || cstatus=$?
-	exit_status 20 || sstatus=$?
+	await_exit "$server_pid" 20 || sstatus=$? # 124: killed, still running
+	server_pid=
 	if [ "$cstatus" = 0 ]; then
 		why="a client was served with ulimit -l $kib"
 	elif [ "$cstatus" = 200 ]; then
@@ -146,8 +138,9 @@ test_doctor_memlock_enough() {
 	else
 		pass "$t"
 	fi
-	# A server that failed on its own is gone already: reap it.
-	[ -z "$server_pid" ] || exit_status 0 || true
+	# Reap a server that failed on its own (one still running is killed).
+	[ -z "$server_pid" ] || await_exit "$server_pid" 0 || true
+	server_pid=
 }
 
 test_doctor() {
