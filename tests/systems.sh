@@ -30,6 +30,15 @@ open_copy() {
 	cp -a "$top/scripts" "$fixtures" "$open_top/"
 	chmod -R a+rX "$open_top"
 }
+
+# stand_in FILE FORMAT [ARG...]: FILE, a script printf FORMAT ARG... writes,
+# made executable in a folder made for it: a command the test stands in for.
+stand_in() {
+	mkdir -p "${1%/*}"
+	# shellcheck disable=SC2059 # the format is the caller's script
+	printf "${@:2}" >"$1"
+	chmod +x "$1"
+}
 report_prefix=systems/ report_stage=systems
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
@@ -181,11 +190,9 @@ test_doctor_fixes() {
 	# Debian's cloud kernel is built without rdma_rxe (its
 	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
 	# kernel has it: uname -r is stood in for.
-	mkdir -p "$work/cloud"
 	# shellcheck disable=SC2016 # expanded by that sh
-	printf '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
-		"$(command -v uname)" >"$work/cloud/uname"
-	chmod +x "$work/cloud/uname"
+	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
+		"$(command -v uname)"
 	doctor_fix debian_cloud "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo apt-get install -y --no-install-recommends linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
 		container= OS_RELEASE="$fixtures/debian-12" PATH="$work/cloud:$PATH"
 	doctor_fix container "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM" \
@@ -321,9 +328,7 @@ test_vm_stopped_while_packing() {
 	cache=$(bash -c '. "$1/scripts/vm-lib.sh" && echo "$KERNEL_CACHE"' _ "$top")
 	ver=$("$top/scripts/vm-kernel.sh" 2>"$work/packing.err") ||
 		{ fail "$t" "no kernel for the VMs: $(tail -n 2 "$work/packing.err" | paste -sd' ')"; return; }
-	mkdir -p "$bin"
-	printf '#!/bin/sh\ntouch "%s/packing"\nexec sleep 30\n' "$bin" >"$bin/cpio"
-	chmod +x "$bin/cpio"
+	stand_in "$bin/cpio" '#!/bin/sh\ntouch "%s/packing"\nexec sleep 30\n' "$bin"
 	ln -s "$cache" "$work/kernels-link"
 	KERNEL_CACHE=$work/kernels-link VM_KERNEL=$ver PATH=$bin:$PATH \
 		as_job "$top/scripts/vm-run.sh" true >"$work/packing.err" 2>&1
@@ -498,10 +503,8 @@ test_packaging() {
 test_vm_kernel_failed_fetch() {
 	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt
 	local cache=$work/kernels status=0 left why=''
-	mkdir -p "$bin"
-	printf '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n' >"$bin/apt-cache"
-	printf '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n' >"$bin/apt-get"
-	chmod +x "$bin/apt-cache" "$bin/apt-get"
+	stand_in "$bin/apt-cache" '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n'
+	stand_in "$bin/apt-get" '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n'
 	KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" \
 		>"$work/vm-kernel.out" 2>"$work/vm-kernel.err" || status=$?
 	left=$(find "$cache" -mindepth 1 -maxdepth 1 -name 'fetch.*' 2>/dev/null) || true
@@ -519,14 +522,9 @@ test_vm_kernel_failed_fetch() {
 # whose update takes 2 s and notes if another runs) never runs in both.
 test_vm_kernel_two_at_once() {
 	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
-	mkdir -p "$bin"
+	# shellcheck disable=SC2016 # expanded by the stand-in
+	stand_in "$bin/apt-get" '#!/bin/sh\nb=%q\n[ ! -e "$b/busy" ] || echo overlap >>"$b/overlaps"\ntouch "$b/busy"; sleep 2; rm -f "$b/busy"\n' "$bin"
 	cp "$work/fake-apt/apt-cache" "$bin/"
-	cat >"$bin/apt-get" <<EOF
-#!/bin/sh
-[ ! -e "$bin/busy" ] || echo overlap >>"$bin/overlaps"
-touch "$bin/busy"; sleep 2; rm -f "$bin/busy"
-EOF
-	chmod +x "$bin/apt-get"
 	for i in 1 2; do
 		KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/two$i.err" &
 		pids+=($!)
@@ -570,12 +568,10 @@ test_vm_kernel_no_rxe_in_boot() {
 no_rxe_in_boot() {
 	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got why=''
 	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
-	mkdir -p "$bin"
 	rm -f "$work/installs"
 	# shellcheck disable=SC2016 # expanded by the stand-in
-	printf '#!/bin/sh\nfor a; do [ "$a" != install ] || { echo "apt-get $*" >>%q; exit 1; }; done\nexec %q "$@"\n' \
-		"$work/installs" "$apt" >"$bin/apt-get"
-	chmod +x "$bin/apt-get"
+	stand_in "$bin/apt-get" '#!/bin/sh\nfor a; do [ "$a" != install ] || { echo "apt-get $*" >>%q; exit 1; }; done\nexec %q "$@"\n' \
+		"$work/installs" "$apt"
 	# shellcheck disable=SC2016 # expanded by sh
 	unshare --mount sh -c 'ver=$1; shift
 		mkdir -p /lib/modules && mount -t tmpfs none /boot &&
@@ -612,8 +608,7 @@ test_run_signal() {
 	mkdir -p "$d/tests" "$d/scripts"
 	cp "$top/tests/run.sh" "$d/tests/"
 	cp "$top/scripts/rdma-lib.sh" "$top/scripts/system-lib.sh" "$d/scripts/"
-	printf '#!/bin/sh\nsleep 600 &\necho $! >"%s/sleep.pid"\nwait\n' "$d" >"$d/tests/unit_common"
-	chmod +x "$d/tests/unit_common"
+	stand_in "$d/tests/unit_common" '#!/bin/sh\nsleep 600 &\necho $! >"%s/sleep.pid"\nwait\n' "$d"
 	as_job env --default-signal="$sig" "$d/tests/run.sh" >"$d/log" 2>&1
 	run=$!
 	wait_until "$run" 10 test -s "$d/sleep.pid" || true
