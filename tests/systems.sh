@@ -164,7 +164,7 @@ test_not_root() {
 # Where this kernel has rdma_rxe it is hidden, in a mount namespace of its
 # own (root only): its modules, loaded and on disk.
 doctor_fix() {
-	local name=$1 want=$2 hide=() got check='kernel module rdma_rxe' why=''
+	local name=$1 want=$2 hide=() got check='kernel module rdma_rxe'
 	shift 2
 	if [ "$(rxe_module)" != none ]; then
 		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 0
@@ -176,8 +176,7 @@ doctor_fix() {
 	env "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
 	got=$(grep -A1 "^FAIL $check: " "$work/$name.out" | sed -n 's/^     fix: //p') || true
 	got=${got%%$'\n'*}
-	[ "$got" = "$want" ] || why="fix for '$check' is [$got], want [$want]"
-	pass_unless "doctor/$name" "$why"
+	pass_if "doctor/$name" "fix for '$check' is [$got], want [$want]" [ "$got" = "$want" ]
 }
 
 test_doctor_fixes() {
@@ -202,16 +201,15 @@ test_doctor_fixes() {
 # A container's locked-memory limit is set where it starts, not in
 # limits.conf: the doctor says so to an ordinary user with too low a limit.
 test_doctor_container_memlock() {
-	local t=doctor/container_memlock line why=''
+	local t=doctor/container_memlock line
 	needs_root "$t" "run as another user with a low ulimit -l (prlimit, setpriv)" || return 0
 	open_copy
 	container=docker prlimit --memlock=$((1024 * 1024)) \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		"$open_top/scripts/doctor.sh" >"$work/memlock.out" 2>&1 || true
 	line=$(grep -A1 '^FAIL memlock: ' "$work/memlock.out" | sed -n 's/^     fix: //p') || true
-	[ "$line" = "a docker container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK" ] ||
-		why="fix for memlock is [$line]"
-	pass_unless "$t" "$why"
+	pass_if "$t" "fix for memlock is [$line]" \
+		[ "$line" = "a docker container's limit is set where it starts: --ulimit memlock=-1 (docker, podman run), or --cap-add IPC_LOCK" ]
 }
 
 # A development package missing (pkg-config finds neither library in an
