@@ -199,7 +199,7 @@ rnr_naks() {
 
 # client_run NAME [--size BYTES] ARGS...: one client against the current
 # server, quiet, asking for BYTES (default: $slice); its output in
-# $work/NAME.out (clients_log keeps it, once the timing is done).
+# $work/NAME.out (clients_end keeps it, once the timing is done).
 client_run() {
 	local name=$1 size=$slice
 	shift
@@ -212,19 +212,17 @@ client_run() {
 		die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
 }
 
-# clients_log NAME...: those client runs' output into logs/clients.out.
-clients_log() {
-	local name files=()
+# clients_end FROM NAME...: those client runs, all ended, into
+# logs/clients.out; each must have said "done"; the server's lines from
+# FROM on must hold every doorbell they rang (doorbells_check).  Sets rung
+# (their doorbells, all together) and slowest (the longest of their own
+# times, seconds=).
+clients_end() {
+	local from=$1 name files=()
+	shift
 	for name; do files+=("$work/$name.out"); done
 	cat "${files[@]}" >>"$out/logs/clients.out"
-}
-
-# clients_done NAME...: the doorbells those client runs rang, all together,
-# and the longest of their own times (seconds=); fails if one has no "done".
-clients_done() {
-	local name files=()
-	for name; do files+=("$work/$name.out"); done
-	awk '$1 == "done" {
+	read -r rung slowest <<<"$(awk '$1 == "done" {
 		for (i = 2; i <= NF; i++) {
 			split($i, kv, "=")
 			f[kv[1]] = kv[2] + 0
@@ -238,12 +236,9 @@ clients_done() {
 		if (n != ARGC - 1)
 			exit 1
 		print rung, slowest + 0
-	}' "${files[@]}"
-}
-
-# doorbells_of NAME: how many doorbells that client run rang.
-doorbells_of() {
-	sed -n 's/^done .* doorbells=\([0-9]*\) .*/\1/p' "$work/$1.out"
+	}' "${files[@]}")"
+	[ -n "$slowest" ] || die "of the client runs $*, one said no 'done' (logs/clients.out)"
+	doorbells_check "$from" "$#" "$rung"
 }
 
 # server_lines: how many lines the server has printed so far.
@@ -286,8 +281,7 @@ client_checked() {
 	local from
 	from=$(($(server_lines) + 1))
 	client_run "$@"
-	clients_log "$1"
-	doorbells_check "$from" 1 "$(doorbells_of "$1")"
+	clients_end "$from" "$1"
 }
 
 # field NAME FILE: the value of NAME=value in FILE's last line that has it.
@@ -480,8 +474,7 @@ headline_clients() {
 		before=$(cpu_times)
 		client_run head -n "$writes" -k "$head_k" -w "$w"
 		after=$(cpu_times)
-		clients_log head
-		doorbells_check "$from" 1 "$(doorbells_of head)"
+		clients_end "$from" head
 		printf 'client %s\t%s\t%s\t%d\t%s\t%s\n' "$tag" "$head_k" "$w" "$r" \
 			"$(field writes_per_s "$work/head.out")" \
 			"$(cpu_shares "$before" "$after")" >>"$headline"
@@ -532,7 +525,7 @@ printf 'server\tidle_s\tidle_cpu_s\tload_s\tload_cpu_s\n' >"$cpu"
 # Each server's CPU time while nobody is connected, then while
 # load_clients clients stream load_writes writes each, all at once.
 measure_cpu() {
-	local server hz a b c start end i pids from rung
+	local server hz a b c start end i pids names from rung slowest
 	hz=$(getconf CLK_TCK)
 	for server in "${servers[@]}"; do
 		say "CPU time of $server"
@@ -541,24 +534,19 @@ measure_cpu() {
 		a=$(server_cpu)
 		sleep "$idle_seconds"
 		b=$(server_cpu)
-		pids=()
+		pids=() names=()
 		from=$(($(server_lines) + 1))
 		start=$(date +%s.%N)
 		for ((i = 1; i <= load_clients; i++)); do
 			client_run "load$i" -n "$load_writes" -k "$load_k" &
-			pids+=($!)
+			pids+=($!) names+=("load$i")
 		done
 		for i in "${pids[@]}"; do
 			wait "$i" || die "a load client failed"
 		done
 		end=$(date +%s.%N)
 		c=$(server_cpu)
-		rung=0
-		for ((i = 1; i <= load_clients; i++)); do
-			rung=$((rung + $(doorbells_of "load$i")))
-			clients_log "load$i"
-		done
-		doorbells_check "$from" "$load_clients" "$rung"
+		clients_end "$from" "${names[@]}"
 		server_stop
 		awk -v s="$server" -v i="$idle_seconds" -v hz="$hz" \
 			-v a="$a" -v b="$b" -v c="$c" -v t0="$start" -v t1="$end" \
@@ -625,10 +613,7 @@ scale_row() {
 	t1=$EPOCHREALTIME
 	c1=$(server_cpu_ns)
 	r1=$(rnr_naks)
-	clients_log "${names[@]}"
-	read -r rung slowest <<<"$(clients_done "${names[@]}")"
-	[ -n "$slowest" ] || die "a client of $n against $name said no 'done'"
-	doorbells_check "$from" "$n" "$rung"
+	clients_end "$from" "${names[@]}"
 	awk -v s="$name" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
 		-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
 		-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
