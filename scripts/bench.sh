@@ -284,6 +284,20 @@ client_checked() {
 	clients_end "$from" "$1"
 }
 
+# clients_at_once PREFIX N ARGS...: N clients, PREFIX1 to PREFIXN, all at
+# once, each with ARGS (client_run); fails if one does.
+clients_at_once() {
+	local prefix=$1 n=$2 i pids=()
+	shift 2
+	for ((i = 1; i <= n; i++)); do
+		client_run "$prefix$i" "$@" &
+		pids+=($!)
+	done
+	for i in "${pids[@]}"; do
+		wait "$i" || { echo "bench: a client exited with status $?" >&2; return 1; }
+	done
+}
+
 # field NAME FILE: the value of NAME=value in FILE's last line that has it.
 field() {
 	sed -n "s/.*\<$1=\([0-9.]*\).*/\1/p" "$2" | tail -n 1
@@ -525,7 +539,7 @@ printf 'server\tidle_s\tidle_cpu_s\tload_s\tload_cpu_s\n' >"$cpu"
 # Each server's CPU time while nobody is connected, then while
 # load_clients clients stream load_writes writes each, all at once.
 measure_cpu() {
-	local server hz a b c start end i pids names from rung slowest
+	local server hz a b c start end i names from rung slowest
 	hz=$(getconf CLK_TCK)
 	for server in "${servers[@]}"; do
 		say "CPU time of $server"
@@ -534,16 +548,12 @@ measure_cpu() {
 		a=$(server_cpu)
 		sleep "$idle_seconds"
 		b=$(server_cpu)
-		pids=() names=()
+		names=()
+		for ((i = 1; i <= load_clients; i++)); do names+=("load$i"); done
 		from=$(($(server_lines) + 1))
 		start=$(date +%s.%N)
-		for ((i = 1; i <= load_clients; i++)); do
-			client_run "load$i" -n "$load_writes" -k "$load_k" &
-			pids+=($!) names+=("load$i")
-		done
-		for i in "${pids[@]}"; do
-			wait "$i" || die "a load client failed"
-		done
+		clients_at_once load "$load_clients" -n "$load_writes" -k "$load_k" ||
+			die "a load client failed"
 		end=$(date +%s.%N)
 		c=$(server_cpu)
 		clients_end "$from" "${names[@]}"
@@ -578,29 +588,16 @@ measure_scale() {
 	done
 }
 
-# clients_at_once NAME...: a client per NAME, all at once, each scale_writes
-# writes into a slice of its own; fails if one does.  At nice 19, standing
-# in for clients on other machines: each busy-polls its CQ while a doorbell
-# is on its way, and 32 at the server's priority on two CPUs would leave
-# the one server thread a 33rd of the time (measured: doorbells then waited
-# over 10 s for an SRQ the server had no time to refill).
-clients_at_once() (
-	local name pid pids=()
-	renice -n 19 -p "$BASHPID" >/dev/null
-	for name; do
-		client_run "$name" --size "$scale_slice" \
-			-n "$scale_writes" -k "$scale_k" -w 1 &
-		pids+=($!)
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" || { echo "bench: a client exited with status $?" >&2; exit 1; }
-	done
-)
-
 # scale_row NAME N: N clients at once against the running server (NAME in
-# the table): the wall time from the first client's start to the last
-# one's end, the server's CPU time and the RNR NAKs over that span, inside
-# which nothing but the clients (and their renice) starts a program.
+# the table), each scale_writes writes into a slice of its own: the wall
+# time from the first client's start to the last one's end, the server's
+# CPU time and the RNR NAKs over that span, inside which nothing but the
+# clients (and their renice) starts a program.  The clients run at nice
+# 19, standing in for clients on other machines: each busy-polls its CQ
+# while a doorbell is on its way, and 32 at the server's priority on two
+# CPUs would leave the one server thread a 33rd of the time (measured:
+# doorbells then waited over 10 s for an SRQ the server had no time to
+# refill).
 scale_row() {
 	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
 	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
@@ -608,8 +605,10 @@ scale_row() {
 	c0=$(server_cpu_ns)
 	r0=$(rnr_naks)
 	t0=$EPOCHREALTIME
-	clients_at_once "${names[@]}" ||
-		die "a client of $n against $name failed"
+	(
+		renice -n 19 -p "$BASHPID" >/dev/null
+		clients_at_once scale "$n" --size "$scale_slice" -n "$scale_writes" -k "$scale_k" -w 1
+	) || die "a client of $n against $name failed"
 	t1=$EPOCHREALTIME
 	c1=$(server_cpu_ns)
 	r1=$(rnr_naks)
