@@ -42,10 +42,7 @@ mode=full # or smoke, or headline
 head_rounds=''
 while [ $# -gt 0 ]; do
 	case $1 in
-	--smoke | --headline)
-		mode=${1#--}
-		shift
-		;;
+	--smoke | --headline) mode=${1#--}; shift ;;
 	--rounds)
 		[[ ${2:-} =~ ^[1-9][0-9]{0,3}$ ]] ||
 			usage_error "--rounds wants a number of rounds from 1 to 9999, not '${2:-}'"
@@ -141,10 +138,7 @@ busy_default=$("$top/$ev_server" --help | tr '\n' ' ' |
 	sed -n 's/.*--busy-poll-us N[^(]*(default \([0-9]*\)).*/\1/p')
 [ -n "$busy_default" ] || die "$ev_server --help names no default for --busy-poll-us"
 read -r -a budgets <<<"$(printf '%s\n' "${budgets[@]}" "$busy_default" | sort -nu | paste -sd' ')"
-latency_servers=("$tick_server")
-for b in "${budgets[@]}"; do
-	latency_servers+=("$ev_server --busy-poll-us $b")
-done
+latency_servers=("$tick_server" "${budgets[@]/#/$ev_server --busy-poll-us }")
 
 # ---- running things ---------------------------------------------------------
 
@@ -203,10 +197,7 @@ rnr_naks() {
 client_run() {
 	local name=$1 size=$slice
 	shift
-	if [ "${1:-}" = --size ]; then
-		size=$2
-		shift 2
-	fi
+	if [ "${1:-}" = --size ]; then size=$2; shift 2; fi
 	timeout 300 "$client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
 		"$@" >"$work/$name.out" 2>&1 ||
 		die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
@@ -425,9 +416,7 @@ printf 'what\tk\twindow\tround\twrites_per_s\tbusiest_cpu_busy_pct\tothers_idle_
 # iowait irq softirq steal ...), in clock ticks since boot.
 cpu_times() {
 	local line
-	while read -r line; do
-		if [[ $line == cpu[0-9]* ]]; then echo "$line"; fi
-	done </proc/stat
+	while read -r line; do [[ $line != cpu[0-9]* ]] || echo "$line"; done </proc/stat
 }
 
 # cpu_shares BEFORE AFTER: between two cpu_times, the busiest CPU's busy
@@ -643,8 +632,6 @@ say "doorbells checked: $doorbells_checked, all in order with value == seq"
 "$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$mode"
 publish_dir "$out" "$final" || die "cannot put $out in $final's place"
 out=$final
-if [ "$mode" = headline ]; then
-	say "wrote $out/results.md"
-else
-	say "wrote $out/results.md, $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
-fi
+plots=", $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
+[ "$mode" != headline ] || plots=''
+say "wrote $out/results.md$plots"
