@@ -59,50 +59,38 @@ ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 }
 
-# round_ratios K: round by round, the client's best W over perftest's list
-# (-l K -Q K) in the same round; the median of these ratios (lowest-highest):
-# the spread of the comparison itself, which the medians' ratio hides.
-round_ratios() {
-	awk -F'\t' -v k="$1" "$stats"'
-		NR > 1 && $2 == k && $1 == "client" && $5 > best[$4] { best[$4] = $5 }
-		NR > 1 && $2 == k && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
-		END {
-			for (r in pt)
-				if (pt[r] > 0 && r in best) v[++n] = best[r] / pt[r]
-			if (!n) exit 1
-			sort_values(v, n)
-			if (n > 1)
-				printf "%.2f (%.2f-%.2f)\n", median_of(v, n), v[1], v[n]
-			else
-				printf "%.2f\n", v[1]
-		}' "$rates"
-}
-
 # What bench.sh ran: the shell assignments it wrote.
 writes='' load='' scaling='' lat='' busy_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 
-# headline_ratios TAG W: round by round, the client's writes/s at W
-# against the server TAG (ev or tick) over perftest's list in the same
-# round (headline.tsv); their median, the 95%
-# interval of that median, and their lowest and highest, tab-separated
-# ("-" for an interval that too few rounds cannot give).  The interval is
-# the order statistics' (no assumption on the ratios' distribution, only
-# that rounds are alike but for noise): with n rounds sorted, the j-th
-# lowest to the j-th highest holds the median with probability
-# 1 - 2 P(X < j), X binomial (n, 1/2), and j is the highest that keeps
-# this at 95% or more (n = 20: the 6th to the 15th, 95.9%).
-headline_ratios() {
-	awk -F'\t' -v what="client $1" -v w="$2" "$stats"'
-		NR > 1 && $1 == what && $3 == w { c[$4] = $5 }
-		NR > 1 && $1 == "ib_write_bw -l -Q" { pt[$4] = $5 }
+# ratios FILE WHAT K W: round by round, WHAT's writes/s at K and W (W
+# "best": its best W of that round) over perftest's list (-l K -Q K) in
+# the same round: the spread of the comparison itself, which the medians'
+# ratio hides.  With W "best", their median (lowest-highest); else their
+# median, the 95% interval of that median, and their lowest and highest,
+# tab-separated ("-" for an interval that too few rounds cannot give).
+# The interval is the order statistics' (no assumption on the ratios'
+# distribution, only that rounds are alike but for noise): with n rounds
+# sorted, the j-th lowest to the j-th highest holds the median with
+# probability 1 - 2 P(X < j), X binomial (n, 1/2), and j is the highest
+# that keeps this at 95% or more (n = 20: the 6th to the 15th, 95.9%).
+ratios() {
+	awk -F'\t' -v what="$2" -v k="$3" -v w="$4" "$stats"'
+		NR > 1 && $1 == what && $2 == k && w == "best" && $5 > c[$4] { c[$4] = $5 }
+		NR > 1 && $1 == what && $2 == k && $3 == w { c[$4] = $5 }
+		NR > 1 && $1 == "ib_write_bw -l -Q" && $2 == k { pt[$4] = $5 }
 		END {
 			for (r in pt)
 				if (pt[r] > 0 && r in c) v[++n] = c[r] / pt[r]
 			if (!n) exit 1
 			sort_values(v, n)
 			m = median_of(v, n)
+			if (w == "best") {
+				fmt = n > 1 ? "%.2f (%.2f-%.2f)\n" : "%.2f\n"
+				printf fmt, m, v[1], v[n]
+				exit
+			}
 			# P(X <= i) for i = 0, 1, ...: the j-th order statistic
 			# misses the median below with probability P(X < j).
 			p = 0.5 ^ n; cdf = p; j = 0
@@ -112,7 +100,7 @@ headline_ratios() {
 			}
 			ci = j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-"
 			printf "%.2f\t%s\t%.2f-%.2f\n", m, ci, v[1], v[n]
-		}' "$headline"
+		}' "$1"
 }
 
 # verdict INTERVAL: ahead, level or behind: where a 95% interval of the
@@ -150,7 +138,7 @@ headline_section() {
 	echo "| ib_write_bw -s 4 -R -l $k -Q $k | $pt | 1.00 | - | - | - | - | - |"
 	for tag in ev tick; do
 		for w in 1 4; do
-			IFS=$'\t' read -r -a row <<<"$(headline_ratios "$tag" "$w")"
+			IFS=$'\t' read -r -a row <<<"$(ratios "$headline" "client $tag" "$k" "$w")"
 			echo "| rdma_pool_client -k $k -w $w against ${server[$tag]} | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
 		done
 	done
@@ -234,7 +222,7 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 			if ((m > best)); then best=$m; fi
 			printf ' %s |' "$(median "$rates" client "$k" "$w" range)"
 		done
-		echo " $(ratio "$best" "$pl") | $(round_ratios "$k") |"
+		echo " $(ratio "$best" "$pl") | $(ratios "$rates" client "$k" best) |"
 	done
 	echo
 	echo "client's best ÷ perftest's: of the medians; round by round: in each" \
