@@ -107,7 +107,9 @@ ratios() {
 # round-by-round ratio ("LO-HI", or "-") lies against 1.
 verdict() {
 	awk -v ci="$1" 'BEGIN {
-		if (split(ci, b, "-") != 2) { print "too few rounds"; exit }
+		# "-" splits into two empty fields, which would compare as "behind".
+		if (ci !~ /^[0-9.]+-[0-9.]+$/) { print "too few rounds"; exit }
+		split(ci, b, "-")
 		print (b[1] > 1) ? "ahead" : (b[2] < 1) ? "behind" : "level"
 	}'
 }
