@@ -68,8 +68,9 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 # "best": its best W of that round) over perftest's list (-l K -Q K) in
 # the same round: the spread of the comparison itself, which the medians'
 # ratio hides.  With W "best", their median (lowest-highest); else their
-# median, the 95% interval of that median, and their lowest and highest,
-# tab-separated ("-" for an interval that too few rounds cannot give).
+# median, the 95% interval of that median ("-" if too few rounds give
+# none), their lowest and highest, and where that interval lies against 1
+# (ahead, level or behind), tab-separated.
 # The interval is the order statistics' (no assumption on the ratios'
 # distribution, only that rounds are alike but for noise): with n rounds
 # sorted, the j-th lowest to the j-th highest holds the median with
@@ -99,19 +100,10 @@ ratios() {
 				p = p * (n - i) / (i + 1); cdf += p
 			}
 			ci = j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-"
-			printf "%.2f\t%s\t%.2f-%.2f\n", m, ci, v[1], v[n]
+			split(ci, b, "-") # the interval as printed, against 1
+			so = !j ? "too few rounds" : b[1] > 1 ? "ahead" : b[2] < 1 ? "behind" : "level"
+			printf "%.2f\t%s\t%.2f-%.2f\t%s\n", m, ci, v[1], v[n], so
 		}' "$1"
-}
-
-# verdict INTERVAL: ahead, level or behind: where a 95% interval of the
-# round-by-round ratio ("LO-HI", or "-") lies against 1.
-verdict() {
-	awk -v ci="$1" 'BEGIN {
-		# "-" splits into two empty fields, which would compare as "behind".
-		if (ci !~ /^[0-9.]+-[0-9.]+$/) { print "too few rounds"; exit }
-		split(ci, b, "-")
-		print (b[1] > 1) ? "ahead" : (b[2] < 1) ? "behind" : "level"
-	}'
 }
 
 # cpu_median TAG W COLUMN: the median of that column of headline.tsv over
@@ -141,7 +133,7 @@ headline_section() {
 	for tag in ev tick; do
 		for w in 1 4; do
 			IFS=$'\t' read -r -a row <<<"$(ratios "$headline" "client $tag" "$k" "$w")"
-			echo "| rdma_pool_client -k $k -w $w against ${server[$tag]} | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | $(verdict "${row[1]}") | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
+			echo "| rdma_pool_client -k $k -w $w against ${server[$tag]} | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | ${row[3]:-too few rounds} | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
 		done
 	done
 	echo
