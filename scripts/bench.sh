@@ -267,7 +267,7 @@ doorbells_check() {
 	doorbells_checked=$((doorbells_checked + rung))
 }
 
-# client_checked NAME ARGS...: client_run, then doorbells_check.
+# client_checked NAME ARGS...: client_run, then clients_end.
 client_checked() {
 	local from
 	from=$(($(server_lines) + 1))
