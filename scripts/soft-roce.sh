@@ -74,10 +74,10 @@ sweep_leftovers() {
 		if [ "$(id -u)" != 0 ]; then
 			say "$name was left by a run that has ended; as root:" \
 				"rdma link delete $name; ip link delete $name"
-			continue
+		else
+			say "removing $name, left by a run that has ended"
+			remove_own "$name"
 		fi
-		say "removing $name, left by a run that has ended"
-		remove_own "$name"
 	done
 }
 
@@ -85,19 +85,12 @@ sweep_leftovers() {
 try_existing() {
 	local dev port netdev addr addrs ports tried=()
 	ports=$(active_ports)
-	if [ -z "$ports" ]; then
-		why_not="no RDMA device has an ACTIVE port"
-		return 1
-	fi
+	[ -n "$ports" ] || { why_not="no RDMA device has an ACTIVE port"; return 1; }
 	while read -r dev port netdev; do
-		if [[ $dev == "$PREFIX"* || $dev == "$PREFIX2"* ]]; then
-			tried+=("$dev is another run's")
-			continue
-		fi
-		if [ "$netdev" = lo ]; then
-			tried+=("$dev/$port is on lo")
-			continue
-		fi
+		case $dev,$netdev in
+		"$PREFIX"* | "$PREFIX2"*) tried+=("$dev is another run's"); continue ;;
+		*,lo) tried+=("$dev/$port is on lo"); continue ;;
+		esac
 		addrs=$(ipv4_addrs "$netdev")
 		[ -n "$addrs" ] || tried+=("$dev/$port: $netdev has no IPv4 address")
 		for addr in $addrs; do
@@ -159,23 +152,15 @@ remove_own() {
 # its kind with it, in use or not (drivers/net/dummy.c deletes every dummy
 # interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).
 cleanup() {
-	local m
+	local m user
 	remove_own "$OWN" "$OWN2"
 	for m in "${loaded_modules[@]}"; do
+		user=''
 		case $m in
-		rdma_rxe)
-			[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || {
-				say "leaving rdma_rxe loaded: another RDMA device needs it"
-				continue
-			}
-			;;
-		dummy)
-			[ -z "$(ip -o link show type dummy 2>/dev/null)" ] || {
-				say "leaving dummy loaded: another dummy interface needs it"
-				continue
-			}
-			;;
+		rdma_rxe) [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || user="another RDMA device" ;;
+		dummy) [ -z "$(ip -o link show type dummy 2>/dev/null)" ] || user="another dummy interface" ;;
 		esac
+		[ -z "$user" ] || { say "leaving $m loaded: $user needs it"; continue; }
 		modprobe -r "$m" 2>/dev/null || true
 	done
 }
@@ -194,10 +179,7 @@ on_signal() {
 # RDMA_ADDR_DEV2 too with SOFT_ROCE_DEVICES=2), or why_not.
 try_own() {
 	local addr addr2 addr6 err='' locks name names=("$OWN") addrs=() i
-	if [ "$(id -u)" != 0 ]; then
-		why_not="only root can make one (rdma link add)"
-		return 1
-	fi
+	[ "$(id -u)" = 0 ] || { why_not="only root can make one (rdma link add)"; return 1; }
 	# Ubuntu keeps rdma_rxe in a package of its own for each kernel.
 	if [ "$(rxe_module)" = none ]; then
 		if ! err=$("$here/deps.sh" rxe 2>&1); then
@@ -217,16 +199,10 @@ try_own() {
 	exec {lock}>"$locks/rdma-pool-doorbell-soft-roce.lock"
 	flock "$lock"
 	for name in "${names[@]}"; do
-		if ! addr=$(own_address); then
-			err="no free address in 198.18.0.0/24"
-			break
-		fi
+		addr=$(own_address) || { err="no free address in 198.18.0.0/24"; break; }
 		err=$(ip link add "$name" type dummy 2>&1 && ip link set "$name" up 2>&1 &&
 			ip addr add "$addr/32" dev "$name" 2>&1) || true
-		if [ -n "$err" ]; then
-			err="$name, a dummy interface on $addr: $err"
-			break
-		fi
+		[ -z "$err" ] || { err="$name, a dummy interface on $addr: $err"; break; }
 		addrs+=("$addr")
 	done
 	addr=${addrs[0]:-}
@@ -239,20 +215,13 @@ try_own() {
 	ip -6 addr add "$addr6/128" dev "$OWN" nodad 2>/dev/null || addr6=
 
 	exec {lock}>&-
-	if [ -n "$err" ]; then
-		why_not=$err
-		return 1
-	fi
+	[ -z "$err" ] || { why_not=$err; return 1; }
 	for i in "${!names[@]}"; do
 		name=${names[i]} addr=${addrs[i]}
-		if ! err=$(rdma link add "$name" type rxe netdev "$name" 2>&1); then
-			why_not="rdma link add $name type rxe netdev $name: $err"
-			return 1
-		fi
-		if ! rping_works "$addr"; then
-			why_not="$name is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"
-			return 1
-		fi
+		err=$(rdma link add "$name" type rxe netdev "$name" 2>&1) ||
+			{ why_not="rdma link add $name type rxe netdev $name: $err"; return 1; }
+		rping_works "$addr" ||
+			{ why_not="$name is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"; return 1; }
 	done
 	RDMA_ADDR=${addrs[0]} RDMA_ADDR2=${addr2:-} RDMA_ADDR6=$addr6 RDMA_DEV=$OWN
 	[ "${#names[@]}" = 1 ] || RDMA_DEV2=$OWN2 RDMA_ADDR_DEV2=${addrs[1]}
@@ -261,13 +230,9 @@ try_own() {
 
 # try_host: steps 2 and 3, saying why each would not do.
 try_host() {
-	if try_existing; then
-		return 0
-	fi
+	try_existing && return 0
 	say "tried an existing device: $why_not"
-	if try_own; then
-		return 0
-	fi
+	try_own && return 0
 	say "tried a device of its own: $why_not"
 	cleanup
 	loaded_modules=()
@@ -278,14 +243,9 @@ try_host() {
 # kernel cannot do Soft-RoCE itself (where it can, a VM proves nothing a
 # root shell here would not).  Sets why_no_vm.
 vm_possible() {
-	if [ -n "${SOFT_ROCE_IN_VM:-}" ]; then
-		why_no_vm="this is the VM already"
-		return 1
-	fi
-	if [ "${SOFT_ROCE_MODE:-auto}" != vm ] && [ "$(rxe_module)" != none ]; then
-		why_no_vm="this kernel has rdma_rxe"
-		return 1
-	fi
+	[ -z "${SOFT_ROCE_IN_VM:-}" ] || { why_no_vm="this is the VM already"; return 1; }
+	[ "${SOFT_ROCE_MODE:-auto}" = vm ] || [ "$(rxe_module)" = none ] ||
+		{ why_no_vm="this kernel has rdma_rxe"; return 1; }
 }
 
 # Step 4: this script runs again in the VM, SOFT_ROCE_DEVICES passed on.
@@ -296,19 +256,14 @@ run_in_vm() {
 
 main() {
 	local mode status=0
-	if [ $# -eq 0 ]; then
-		echo "usage: $0 CMD [ARGS...]" >&2
-		exit 2
-	fi
+	[ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
 	if [ -n "${RDMA_ADDR:-}" ]; then
 		say "mode: given (RDMA_ADDR=$RDMA_ADDR was already set)"
 		exec "$@"
 	fi
 
-	if [[ ${SOFT_ROCE_DEVICES:-1} != [12] ]]; then
-		say "SOFT_ROCE_DEVICES must be 1 or 2, not '$SOFT_ROCE_DEVICES'"
-		exit 2
-	fi
+	[[ ${SOFT_ROCE_DEVICES:-1} == [12] ]] ||
+		{ say "SOFT_ROCE_DEVICES must be 1 or 2, not '$SOFT_ROCE_DEVICES'"; exit 2; }
 	mode=${SOFT_ROCE_MODE:-auto}
 	case $mode in
 	host | auto) ;;
