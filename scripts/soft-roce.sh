@@ -244,8 +244,7 @@ try_host() {
 # root shell here would not).  Sets why_no_vm.
 vm_possible() {
 	[ -z "${SOFT_ROCE_IN_VM:-}" ] || { why_no_vm="this is the VM already"; return 1; }
-	[ "${SOFT_ROCE_MODE:-auto}" = vm ] || [ "$(rxe_module)" = none ] ||
-		{ why_no_vm="this kernel has rdma_rxe"; return 1; }
+	[ "$(rxe_module)" = none ] || { why_no_vm="this kernel has rdma_rxe"; return 1; }
 }
 
 # Step 4: this script runs again in the VM, SOFT_ROCE_DEVICES passed on.
