@@ -40,10 +40,7 @@ ipv4_addrs() {
 # disk is as good as a loaded one.
 rxe_module() {
 	local how
-	if [ -d /sys/module/rdma_rxe ]; then
-		echo loaded
-		return
-	fi
+	[ ! -d /sys/module/rdma_rxe ] || { echo loaded; return; }
 	how=$(modprobe --show-depends rdma_rxe 2>/dev/null | tail -n 1) || how=''
 	case $how in
 	builtin*) echo builtin ;;
@@ -56,20 +53,16 @@ suggest_netdev() {
 	local dev
 	dev=$(ip -4 route show default 2>/dev/null |
 		awk '{ for (i = 1; i < NF; i++) if ($i == "dev" && d == "") d = $(i + 1) } END { print d }')
-	if [ -z "$dev" ]; then
-		dev=$(ip -4 -o addr show 2>/dev/null |
-			awk '$4 !~ /^127\./ && d == "" { d = $2 } END { print d }')
-	fi
+	[ -n "$dev" ] || dev=$(ip -4 -o addr show 2>/dev/null |
+		awk '$4 !~ /^127\./ && d == "" { d = $2 } END { print d }')
 	echo "${dev:-eth0}"
 }
 
 rping_works() {
 	local addr=$1 port server
 	rping_error=''
-	if ! command -v rping >/dev/null; then
-		rping_error="no rping to check with (scripts/deps.sh run installs it)"
-		return 1
-	fi
+	command -v rping >/dev/null ||
+		{ rping_error="no rping to check with (scripts/deps.sh run installs it)"; return 1; }
 	for _ in 1 2 3; do
 		# A port of its own each time: the one an earlier rping used can
 		# stay bound for a moment after it exits, and then this server
