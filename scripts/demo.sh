@@ -93,12 +93,9 @@ kernel_view() {
 			}
 			END { if (!rows) printf "  %-6s (none of theirs)\n", what }' <<<"$listed"
 	done
-	if [ "$(id -u)" != 0 ]; then
+	[ "$(id -u)" = 0 ] ||
 		echo "  (as $(id -un) the kernel shows no keys: it shows them to CAP_NET_ADMIN only)"
-	fi
-	if [ "${DEMO_STEP:-}" = 1 ]; then
-		read -r -p "  [Enter] " _ || true
-	fi
+	[ "${DEMO_STEP:-}" != 1 ] || read -r -p "  [Enter] " _ || true
 }
 
 start_server
