@@ -67,7 +67,7 @@ resources() {
 		out=$(rdma resource show "$1" 2>&1) && { echo "$out"; return 0; }
 		[ "$try" = 10 ] || sleep 0.4
 	done
-	echo "$out" | grep -m 1 -i 'error\|invalid' || echo "$out" | tail -n 1
+	grep -m 1 -i 'error\|invalid' <<<"$out" || tail -n 1 <<<"$out"
 	return 1
 }
 
