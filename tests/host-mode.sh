@@ -156,10 +156,13 @@ test_e2e() {
 	check_run e2e "$log" "$before"
 }
 
-# left_behind BEFORE AFTER: the lines of machine state AFTER has and
-# BEFORE had not.
+# left_behind BEFORE [devices]: nothing if machine_state [devices] is as
+# BEFORE, else "left behind: " and the lines it has that BEFORE had not.
 left_behind() {
-	grep -vxF -f <(echo "$1") <<<"$2" | tr '\n' ' ' || true
+	local after
+	after=$(machine_state "${2:-}")
+	[ "$after" = "$1" ] ||
+		echo "left behind: $(grep -vxF -f <(echo "$1") <<<"$after" | tr '\n' ' ')"
 }
 
 # The interrupted run: a server, and a client that streams longer than the
@@ -227,13 +230,10 @@ test_interrupt() {
 	signal_job "$harness" "$target" "$sig" 20 || why="the harness still runs 20 s after SIG$sig"
 	want=$((128 + $(kill -l "$sig")))
 	left=$(ours "$dir")
-	if [ -z "$why" ] && [ -n "$left" ]; then
-		why="still running: $(echo "$left" | tr '\n' '|')"
-	elif [ -z "$why" ] && [ "$(machine_state)" != "$before" ]; then
-		why="left behind: $(left_behind "$before" "$(machine_state)")"
-	elif [ -z "$why" ] && [ "$job_status" != "$want" ]; then
+	[ -n "$why" ] || [ -z "$left" ] || why="still running: $(echo "$left" | tr '\n' '|')"
+	[ -n "$why" ] || why=$(left_behind "$before")
+	[ -n "$why" ] || [ "$job_status" = "$want" ] ||
 		why="the harness exited $job_status, not by SIG$sig ($want)"
-	fi
 	pass_unless "$name" "${why:+$why: $(tail -n 5 "$dir/log" | tr '\n' '|')}"
 	# Whatever the outcome, the next test starts clean.
 	# shellcheck disable=SC2046 # PIDs, one word each
@@ -243,7 +243,7 @@ test_interrupt() {
 # Two make demo at once, as two people on one machine would: each makes
 # its own device and server port, and both show the README's session.
 test_two_demos() {
-	local before after i status pids=() why=''
+	local before i status pids=() why=''
 	before=$(machine_state devices)
 	for i in 1 2; do
 		make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$work/demo$i.log" 2>&1 &
@@ -263,10 +263,7 @@ test_two_demos() {
 	fi
 	# The modules may stay loaded (the first run to end leaves rdma_rxe to
 	# the other's device): the links and interfaces must be gone.
-	after=$(machine_state devices)
-	if [ -z "$why" ] && [ "$after" != "$before" ]; then
-		why="left behind: $(left_behind "$before" "$after")"
-	fi
+	[ -n "$why" ] || why=$(left_behind "$before" devices)
 	pass_unless two_demos_at_once "$why"
 	modules_restore
 }
@@ -301,9 +298,8 @@ test_demo_beside_churn() {
 		why="not 10 doorbells ok: $(tail -n 3 "$dir/log" | tr '\n' '|')"
 	elif grep -q 'rdma resource show failed' "$dir/log"; then
 		why="a view of the kernel failed: $(grep -m 1 'rdma resource show failed' "$dir/log")"
-	elif [ "$(machine_state devices)" != "$before" ]; then
-		why="left behind: $(left_behind "$before" "$(machine_state devices)")"
 	fi
+	[ -n "$why" ] || why=$(left_behind "$before" devices)
 	pass_unless "$t" "$why"
 	modules_restore
 }
@@ -340,8 +336,7 @@ test_overlapping_runs() {
 	kill -TERM "$second" 2>/dev/null || true
 	wait "$second" 2>/dev/null || true
 	modules_restore
-	[ "$(machine_state)" = "$before" ] ||
-		why+="left behind: $(left_behind "$before" "$(machine_state)")"
+	why+=$(left_behind "$before")
 	pass_unless "$t" "$why"
 }
 
@@ -372,8 +367,7 @@ test_stopped() {
 		why="still running: $(ps -o args= -p "${below//$'\n'/,}" | tr '\n' '|')"
 	# shellcheck disable=SC2086 # the next test starts clean
 	stop_all 10 alive $below
-	[ -n "$why" ] || [ "$(machine_state)" = "$before" ] ||
-		why="left behind: $(left_behind "$before" "$(machine_state)")"
+	[ -n "$why" ] || why=$(left_behind "$before")
 	[ -n "$why" ] || [ -z "$(find "$dir" -mindepth 1 ! -name log)" ] ||
 		why="left in its TMPDIR: $(find "$dir" -mindepth 1 -maxdepth 1 ! -name log | tr '\n' ' ')"
 	pass_unless "$t" "${why:+$why: $(tail -n 3 "$dir/log" | tr '\n' '|')}"
@@ -425,7 +419,7 @@ modules_restore() {
 # its cleanup (SIGKILL): the next run says so, removes them and makes its
 # own, rather than taking them for the machine's.
 test_leftover() {
-	local log=$work/leftover.log before why='' name i=200 ended names
+	local log=$work/leftover.log before why='' name i=200 ended names left
 	before=$(machine_state devices)
 	modprobe -a rdma_rxe rdma_ucm dummy
 	# Named by the PID of a process that has ended, as such a run's are.
@@ -444,8 +438,9 @@ test_leftover() {
 			why+="it did not say it removed $name; "
 	done
 	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
-	if [ "$(machine_state devices)" != "$before" ]; then
-		why+="left behind: $(left_behind "$before" "$(machine_state devices)")"
+	left=$(left_behind "$before" devices)
+	if [ -n "$left" ]; then
+		why+=$left
 		for name in $names; do
 			rdma link delete "$name" 2>/dev/null || true
 			ip link delete "$name" 2>/dev/null || true
@@ -483,19 +478,18 @@ test_lock_not_users() {
 # one address).  In a network namespace of its own, holding 198.18.0.1 to
 # .254, which the machine's own runs never see.
 test_no_free_address() {
-	local t=soft_roce/no_free_address status=0 last before
+	local t=soft_roce/no_free_address status=0 last before why
 	before=$(machine_state)
 	# shellcheck disable=SC2016 # expanded by the namespace's bash
 	unshare -n bash -c 'seq -f "addr add 198.18.0.%g/32 dev lo" 254 | ip -batch - &&
 		exec "$1" true' _ "$top/scripts/soft-roce.sh" >"$work/nofree.log" 2>&1 || status=$?
 	last=$(tail -n 1 "$work/nofree.log")
 	if [ "$status" != 1 ] || [[ $last != "soft-roce: no RDMA device can run here: no free address in 198.18.0.0/24"* ]]; then
-		fail "$t" "exited $status: $(grep '^soft-roce: tried a device of its own' "$work/nofree.log")|$last"
-	elif [ "$(machine_state)" != "$before" ]; then
-		fail "$t" "left behind: $(left_behind "$before" "$(machine_state)")"
+		why="exited $status: $(grep '^soft-roce: tried a device of its own' "$work/nofree.log")|$last"
 	else
-		pass "$t"
+		why=$(left_behind "$before")
 	fi
+	pass_unless "$t" "$why"
 }
 
 # The demo's client dies mid-session: the demo fails, and its cleanup
@@ -527,8 +521,8 @@ test_demo_client_dies() {
 	[ "$status" != 0 ] || why+="make demo exited 0; "
 	left=$(find "$dir/tmp" -mindepth 1 -maxdepth 1)
 	[ -z "$left" ] || why+="left in TMPDIR: $(echo "$left" | tr '\n' ' '); "
-	[ "$(machine_state)" = "$before" ] ||
-		why+="left behind: $(left_behind "$before" "$(machine_state)"); "
+	left=$(left_behind "$before")
+	why+=${left:+$left; }
 	pass_unless demo/client_dies "${why:+$why$(tail -n 3 "$dir/log" | tr '\n' '|')}"
 }
 
