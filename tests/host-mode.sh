@@ -74,27 +74,18 @@ machine_ports() {
 
 # The mode line soft-roce.sh must print: its own device, unless an RDMA
 # device was already there, which it must then use.
-if [ -n "$(machine_ports)" ]; then
-	want_mode='^soft-roce: mode: host \([^ ]+, an existing device'
-else
-	want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
-fi
+want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
+[ -z "$(machine_ports)" ] || want_mode='^soft-roce: mode: host \([^ ]+, an existing device'
 
 # check_run NAME LOG BEFORE: the mode soft-roce.sh chose, and the
 # machine as it was.
 check_run() {
 	local name=$1 log=$2 before=$3 after
 	after=$(machine_state)
-	if ! grep -Eq "$want_mode" "$log"; then
-		fail "$name/chooses_host_mode" "no line matching '$want_mode': $(grep '^soft-roce:' "$log" | tr '\n' '|')"
-	else
-		pass "$name/chooses_host_mode"
-	fi
-	if [ "$after" != "$before" ]; then
-		fail "$name/leaves_nothing_behind" "before: $(echo "$before" | tr '\n' ' '); after: $(echo "$after" | tr '\n' ' ')"
-	else
-		pass "$name/leaves_nothing_behind"
-	fi
+	pass_if "$name/chooses_host_mode" "no line matching '$want_mode': $(grep '^soft-roce:' "$log" | tr '\n' '|')" \
+		grep -Eq "$want_mode" "$log"
+	pass_if "$name/leaves_nothing_behind" "before: $(echo "$before" | tr '\n' ' '); after: $(echo "$after" | tr '\n' ' ')" \
+		[ "$after" = "$before" ]
 }
 
 # make demo, as the README tells a newcomer: it must run, and show the
