@@ -88,21 +88,26 @@ check_run() {
 		[ "$after" = "$before" ]
 }
 
+# demo_why LOG STATUS: nothing if the make demo that exited STATUS and
+# wrote LOG showed the session of the README's excerpt, else why not.
+demo_why() {
+	if [ "$2" != 0 ]; then
+		echo "make demo exited $2: $(tail -n 5 "$1" | tr '\n' '|')"
+	elif [ "$(grep -c '^doorbell qp=0x[0-9a-f]* seq=[0-9]* value=[0-9]* ok$' "$1")" != 10 ] ||
+		! grep -q '^done writes=1000 doorbells=10 ' "$1"; then
+		echo "not the README's session (10 doorbells ok, done writes=1000): $(tail -n 5 "$1" | tr '\n' '|')"
+	fi
+}
+
 # make demo, as the README tells a newcomer: it must run, and show the
 # session of the README's excerpt.
 test_demo() {
-	local before status=0 log=$work/demo.log
+	local before status=0 log=$work/demo.log why
 	before=$(machine_state)
 	make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$log" 2>&1 || status=$?
-	if [ "$status" != 0 ]; then
-		fail demo/runs "make demo exited $status: $(tail -n 5 "$log" | tr '\n' '|')"
-	elif [ "$(grep -c '^doorbell qp=0x[0-9a-f]* seq=[0-9]* value=[0-9]* ok$' "$log")" != 10 ] ||
-		! grep -q '^done writes=1000 doorbells=10 ' "$log"; then
-		fail demo/runs "not the README's session (10 doorbells ok, done writes=1000): $(tail -n 5 "$log" | tr '\n' '|')"
-	else
-		pass demo/runs
-		test_demo_kernel_view "$log"
-	fi
+	why=$(demo_why "$log" "$status")
+	pass_unless demo/runs "$why"
+	[ -n "$why" ] || test_demo_kernel_view "$log"
 	check_run demo "$log" "$before"
 }
 
@@ -234,7 +239,7 @@ test_interrupt() {
 # Two make demo at once, as two people on one machine would: each makes
 # its own device and server port, and both show the README's session.
 test_two_demos() {
-	local before i status pids=() why=''
+	local before i status pids=() why='' one
 	before=$(machine_state devices)
 	for i in 1 2; do
 		make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$work/demo$i.log" 2>&1 &
@@ -243,11 +248,8 @@ test_two_demos() {
 	for i in 1 2; do
 		status=0
 		wait "${pids[i - 1]}" || status=$?
-		if [ "$status" != 0 ]; then
-			why+="demo $i exited $status: $(tail -n 3 "$work/demo$i.log" | tr '\n' '|'); "
-		elif [ "$(grep -c '^doorbell qp=.* ok$' "$work/demo$i.log")" != 10 ]; then
-			why+="demo $i: not 10 doorbells ok; "
-		fi
+		one=$(demo_why "$work/demo$i.log" "$status")
+		why+=${one:+demo $i: $one; }
 	done
 	if [ -z "$why" ] && [ "$(grep -ho 'rxe_demo[0-9]*, made' "$work"/demo[12].log | sort -u | wc -l)" != 2 ]; then
 		why="not two devices of their own: $(grep -h '^soft-roce: mode' "$work"/demo[12].log | tr '\n' '|')"
@@ -283,11 +285,8 @@ test_demo_beside_churn() {
 	when_finished "kill $churn 2>/dev/null; wait $churn; rdma link delete $dev 2>/dev/null"
 	make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$dir/log" 2>&1 || status=$?
 	finish
-	if [ "$status" != 0 ]; then
-		why="make demo exited $status: $(tail -n 3 "$dir/log" | tr '\n' '|')"
-	elif [ "$(grep -c '^doorbell qp=.* ok$' "$dir/log")" != 10 ]; then
-		why="not 10 doorbells ok: $(tail -n 3 "$dir/log" | tr '\n' '|')"
-	elif grep -q 'rdma resource show failed' "$dir/log"; then
+	why=$(demo_why "$dir/log" "$status")
+	if [ -z "$why" ] && grep -q 'rdma resource show failed' "$dir/log"; then
 		why="a view of the kernel failed: $(grep -m 1 'rdma resource show failed' "$dir/log")"
 	fi
 	[ -n "$why" ] || why=$(left_behind "$before" devices)
