@@ -444,18 +444,16 @@ test_leftover() {
 # could, in /run/lock, mode 1777) must not stall root's runs: they lock
 # where only root can write.
 test_lock_not_users() {
-	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 made='' why=''
-	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && made=1; }
+	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 why=''
+	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && when_finished "rmdir /run/lock"; }
 	# shellcheck disable=SC2016 # the user's shell expands them
 	setpriv --reuid=nobody --regid=nogroup --clear-groups bash -c \
 		'[ -e "$1" ] || : >"$1"; exec 9<"$1"; flock 9; exec sleep 600' _ "$lock" &
 	holder=$!
+	when_finished "kill $holder 2>/dev/null; wait $holder 2>/dev/null; rm -f $lock"
 	sleep 1
 	timeout 240 "$top/scripts/soft-roce.sh" true >"$work/lock.log" 2>&1 || status=$?
-	kill "$holder" 2>/dev/null || true
-	wait "$holder" 2>/dev/null || true
-	rm -f "$lock"
-	[ -z "$made" ] || rmdir /run/lock
+	finish
 	[ "$status" = 0 ] ||
 		why="soft-roce.sh true exited $status (124: it waited 240 s, for the user's lock?): $(tail -n 3 "$work/lock.log" | tr '\n' '|')"
 	pass_unless lock_not_users "$why"
