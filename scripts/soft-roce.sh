@@ -189,7 +189,6 @@ try_own() {
 			return 1
 		fi
 		[ -z "$err" ] || echo "$err" >&2
-		err=''
 	fi
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
 	[ "${SOFT_ROCE_DEVICES:-1}" != 2 ] || names+=("$OWN2")
@@ -266,14 +265,8 @@ main() {
 	mode=${SOFT_ROCE_MODE:-auto}
 	case $mode in
 	host | auto) ;;
-	vm)
-		say "mode: vm (SOFT_ROCE_MODE=vm)"
-		run_in_vm "$@"
-		;;
-	*)
-		say "SOFT_ROCE_MODE must be host, vm or auto, not '$mode'"
-		exit 2
-		;;
+	vm) say "mode: vm (SOFT_ROCE_MODE=vm)"; run_in_vm "$@" ;;
+	*) say "SOFT_ROCE_MODE must be host, vm or auto, not '$mode'"; exit 2 ;;
 	esac
 
 	# From here on this run may make a device: the traps that remove it
