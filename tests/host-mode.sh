@@ -51,7 +51,7 @@ stop_on_signals on_signal
 # rxe_chrn<PID>), save another run's (its PID runs, and not below this
 # one), and the modules it loads.
 machine_state() {
-	local kind name mine
+	local kind name mine m
 	mine=" $$ $(descendants $$ | paste -sd' ') "
 	[ "${1:-}" = modules ] || {
 		rdma link show 2>/dev/null | awk '{ print "link", $2 }'
@@ -146,9 +146,7 @@ test_e2e() {
 	before=$(machine_state)
 	SOFT_ROCE_DEVICES=2 "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh" 2>&1 |
 		tee "$log" || status=$?
-	if [ "$status" != 0 ] && ! grep -q '^not ok ' "$log"; then
-		fail e2e/runs "exited $status before its tests reported"
-	fi
+	[ "$status" = 0 ] || grep -q '^not ok ' "$log" || fail e2e/runs "exited $status before its tests reported"
 	check_run e2e "$log" "$before"
 }
 
