@@ -138,12 +138,10 @@ load() {
 remove_own() {
 	local name
 	for name; do
-		if rdma link show "$name/1" >/dev/null 2>&1; then
+		! rdma link show "$name/1" >/dev/null 2>&1 ||
 			rdma link delete "$name" || say "could not remove the rdma link $name"
-		fi
-		if [ -e "/sys/class/net/$name" ]; then
+		[ ! -e "/sys/class/net/$name" ] ||
 			ip link delete "$name" || say "could not remove the interface $name"
-		fi
 	done
 }
 
