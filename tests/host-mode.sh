@@ -249,9 +249,8 @@ test_two_demos() {
 		one=$(demo_why "$work/demo$i.log" "$status")
 		why+=${one:+demo $i: $one; }
 	done
-	if [ -z "$why" ] && [ "$(grep -ho 'rxe_demo[0-9]*, made' "$work"/demo[12].log | sort -u | wc -l)" != 2 ]; then
+	[ -n "$why" ] || [ "$(grep -ho 'rxe_demo[0-9]*, made' "$work"/demo[12].log | sort -u | wc -l)" = 2 ] ||
 		why="not two devices of their own: $(grep -h '^soft-roce: mode' "$work"/demo[12].log | tr '\n' '|')"
-	fi
 	# The modules may stay loaded (the first run to end leaves rdma_rxe to
 	# the other's device): the links and interfaces must be gone.
 	[ -n "$why" ] || why=$(left_behind "$before" devices)
@@ -306,9 +305,8 @@ test_overlapping_runs() {
 	wait_until "$first" 30 test -e "$dir/up" || true
 	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" >"$dir/log" 2>&1 &
 	second=$!
-	if ! wait_until "$second" 60 grep -qs '^granted ' "$dir/client"; then
+	wait_until "$second" 60 grep -qs '^granted ' "$dir/client" ||
 		why="the second run's client never streamed: $(tail -n 3 "$dir/log" | tr '\n' '|')"
-	fi
 	touch "$dir/end"
 	wait "$first" || why+="the first run failed: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
 	sleep 1
