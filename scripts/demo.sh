@@ -42,8 +42,7 @@ until_line() {
 # start_server: the server on the port of the README (7471), or, if
 # another program holds that one (a second make demo), on the next free one.
 start_server() {
-	local tries
-	for ((tries = 0; tries < 20; tries++)); do
+	for _ in {1..20}; do
 		"$top/$server" --port "$port" >"$out/server" 2>&1 &
 		server_pid=$!
 		until_line "$out/server" '^listen ' "$server_pid" && return 0

@@ -112,10 +112,9 @@ try_existing() {
 # the first match (grep -q) makes ip's next write fail, which pipefail turns
 # into "not there" (two make demo at once took one address so).
 own_address() {
-	local i a have
+	local a have
 	have=$(ip -4 -o addr show)
-	for i in $(seq 1 254); do
-		a=198.18.0.$i
+	for a in 198.18.0.{1..254}; do
 		[[ $have != *" $a/"* ]] || continue
 		[ -z "$(ip -4 route show match "$a" | awk '$1 != "default"')" ] || continue
 		echo "$a"
