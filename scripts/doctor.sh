@@ -74,16 +74,15 @@ note() {
 # PID 1; else podman's /run/.containerenv or docker's /.dockerenv.
 detect_container() {
 	local env
-	if [ -n "${container+set}" ]; then
-		: # as the environment says
-	elif [ -e /run/.containerenv ]; then
+	[ -z "${container+set}" ] || return 0 # as the environment says
+	container='' # none, but set: the checks read it under set -u
+	if [ -e /run/.containerenv ]; then
 		container=podman
 	elif [ -e /.dockerenv ]; then
 		container=docker
 	elif env=$(tr '\0' '\n' </proc/1/environ 2>/dev/null | grep '^container='); then
 		container=${env#container=}
 	fi
-	return 0
 }
 
 # fix_install NEED: the fix that installs NEED (a need of packages.txt)
