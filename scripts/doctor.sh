@@ -80,7 +80,7 @@ detect_container() {
 		container=podman
 	elif [ -e /.dockerenv ]; then
 		container=docker
-	elif env=$(tr '\0' '\n' </proc/1/environ 2>/dev/null | grep '^container='); then
+	elif env=$(tr '\0' '\n' 2>/dev/null </proc/1/environ | grep '^container='); then
 		container=${env#container=}
 	fi
 }
@@ -173,7 +173,7 @@ check_device() {
 	fi
 	for dev in "${devices[@]}"; do
 		list+="${list:+, }$dev"
-		if read -r parent <"$SYSFS/$dev/parent" 2>/dev/null; then
+		if read -r parent 2>/dev/null <"$SYSFS/$dev/parent"; then
 			list+=" (Soft-RoCE on $parent)"
 		fi
 	done
@@ -258,7 +258,7 @@ gid_index() {
 	IFS=. read -r a b c d <<<"$1"
 	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$d")
 	for file in "$SYSFS/$link_dev/ports/$link_port/gids/"*; do
-		read -r gid <"$file" 2>/dev/null || continue
+		read -r gid 2>/dev/null <"$file" || continue
 		if [ "$gid" = "$want" ]; then
 			echo "${file##*/}"
 			return 0
@@ -291,7 +291,7 @@ check_address() {
 		[[ $a == 127.* ]] && continue
 		if index=$(gid_index "$a"); then
 			addr=$a
-			read -r type <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" 2>/dev/null ||
+			read -r type 2>/dev/null <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" ||
 				type='type unknown'
 			ok "$what" "$addr on $link_netdev (GID index $index, $type): connect clients to $addr"
 			note "127.0.0.1 will not do: $LO_WHY"
@@ -337,7 +337,7 @@ check_nodes() {
 	fi
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	for v in /sys/class/infiniband_verbs/uverbs*; do
-		read -r ibdev <"$v/ibdev" 2>/dev/null || continue
+		read -r ibdev 2>/dev/null <"$v/ibdev" || continue
 		[ "$ibdev" = "$link_dev" ] && node=$NODES/${v##*/}
 	done
 	if [ -z "$node" ]; then
