@@ -286,7 +286,7 @@ check_address() {
 	local what='IPv4 address' addrs a index type
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	[ -n "$link_netdev" ] || { skip "$what" "$link_dev has no netdev (InfiniBand, not RoCE): use its IPoIB address"; return; }
-	addrs=$(ip -4 -o addr show dev "$link_netdev" | awk '{ sub("/.*", "", $4); print $4 }')
+	addrs=$(ip -4 -o addr show dev "$link_netdev" | awk '{ sub("/.*", "", $4); print $4 }') || true
 	for a in $addrs; do
 		[[ $a == 127.* ]] && continue
 		if index=$(gid_index "$a"); then
