@@ -53,21 +53,11 @@ link_port=''        # and the netdev under it (empty for InfiniBand)
 link_netdev=''
 addr=''             # the IPv4 address clients should connect to
 
-ok() {
-	printf 'ok   %s: %s\n' "$1" "$2"
-	n_ok=$((n_ok + 1))
-}
-failed() {
-	printf 'FAIL %s: %s\n     fix: %s\n' "$1" "$2" "$3"
-	n_failed=$((n_failed + 1))
-}
-skip() {
-	printf 'skip %s: %s\n' "$1" "$2"
-	n_skipped=$((n_skipped + 1))
-}
-note() {
-	printf 'note %s\n' "$1"
-}
+# The lines the header shows, each counted but a note's.
+ok() { printf 'ok   %s: %s\n' "$1" "$2"; n_ok=$((n_ok + 1)); }
+failed() { printf 'FAIL %s: %s\n     fix: %s\n' "$1" "$2" "$3"; n_failed=$((n_failed + 1)); }
+skip() { printf 'skip %s: %s\n' "$1" "$2"; n_skipped=$((n_skipped + 1)); }
+note() { printf 'note %s\n' "$1"; }
 
 # detect_container: the kind of container this runs in, if any: the
 # variable "container" where set (even empty), as systemd reads it from
