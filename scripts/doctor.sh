@@ -75,15 +75,19 @@ detect_container() {
 	fi
 }
 
-# fix_install NEED: the fix that installs NEED (a need of packages.txt)
-# here, or what to do where no package brings it.
-fix_install() {
+# install_of NEED: the line that installs NEED (a need of packages.txt)
+# here; fails where no package brings it.
+install_of() {
 	local pkgs
 	pkgs=$(packages_of "$1")
-	case $pkgs in
-	'' | - | !) echo "install $2 (this system has no package for it in scripts/packages.txt)" ;;
-	*) install_line "$pkgs" ;;
-	esac
+	case $pkgs in '' | - | !) return 1 ;; esac
+	install_line "$pkgs"
+}
+
+# fix_install NEED WHAT: the fix that installs NEED, or says to install
+# WHAT by hand.
+fix_install() {
+	install_of "$1" || echo "install $2 (this system has no package for it in scripts/packages.txt)"
 }
 
 # The module check.  "rdma link add ... type rxe" loads rdma_rxe by itself,
@@ -115,29 +119,22 @@ check_module() {
 # Where rdma_rxe comes from: a container's host, a package of its own (as
 # Ubuntu's linux-modules-extra), another kernel (Debian's cloud), or a VM.
 module_fix() {
-	local pkgs
+	local line
 	if [ -n "$container" ]; then
 		echo "in a $container container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then $HOST_DEVICE; or let make demo and make test use a VM"
-		return
-	fi
-	pkgs=$(packages_of rdma_rxe)
-	case $pkgs in
-	'' | - | !)
+	elif line=$(install_of rdma_rxe); then
+		echo "$line (rdma_rxe is packaged apart from the kernel here)"
+	elif [[ $(uname -r) =~ -cloud-(amd64|arm64)$ ]]; then
 		# Debian's cloud kernel leaves rdma_rxe out (its
 		# drivers/infiniband has the core, mlx4_ib and mlx5_ib only);
 		# the standard kernel of the same architecture has it.
-		case $(uname -r) in
-		*-cloud-amd64 | *-cloud-arm64)
-			echo "this is Debian's cloud kernel, built without rdma_rxe," \
-				"which Debian's standard kernel has: $(install_line \
-				"linux-image-$(uname -r | sed 's/.*-cloud-//')"), then boot" \
-				"it, for host mode; or $VM_HINT"
-			;;
-		*) echo "$VM_HINT" ;;
-		esac
-		;;
-	*) echo "$(install_line "$pkgs") (rdma_rxe is packaged apart from the kernel here)" ;;
-	esac
+		echo "this is Debian's cloud kernel, built without rdma_rxe," \
+			"which Debian's standard kernel has: $(install_line \
+			"linux-image-${BASH_REMATCH[1]}"), then boot" \
+			"it, for host mode; or $VM_HINT"
+	else
+		echo "$VM_HINT"
+	fi
 }
 
 find_devices() {
