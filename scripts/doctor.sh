@@ -160,9 +160,7 @@ check_device() {
 	fi
 	for dev in "${devices[@]}"; do
 		list+="${list:+, }$dev"
-		if read -r parent 2>/dev/null <"$SYSFS/$dev/parent"; then
-			list+=" (Soft-RoCE on $parent)"
-		fi
+		read -r parent 2>/dev/null <"$SYSFS/$dev/parent" && list+=" (Soft-RoCE on $parent)"
 	done
 	ok "$what" "$list"
 }
@@ -174,10 +172,7 @@ check_device() {
 check_link() {
 	local what='link state' links dev words i port state netdev first='' down=''
 	[ "${#devices[@]}" -gt 0 ] || { skip "$what" "no RDMA device"; return; }
-	if ! command -v rdma >/dev/null; then
-		failed "$what" "no 'rdma' command to ask" "$(fix_install rdma-tool rdma)"
-		return
-	fi
+	command -v rdma >/dev/null || { failed "$what" "no 'rdma' command to ask" "$(fix_install rdma-tool rdma)"; return; }
 	links=$(rdma link show 2>&1) || true
 	for dev in "${devices[@]}"; do
 		while read -ra words; do
@@ -214,10 +209,7 @@ check_link() {
 check_devinfo() {
 	local what='ibv_devinfo' out
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
-	if ! command -v ibv_devinfo >/dev/null; then
-		failed "$what" "not installed" "$(fix_install ibv_devinfo ibv_devinfo)"
-		return
-	fi
+	command -v ibv_devinfo >/dev/null || { failed "$what" "not installed" "$(fix_install ibv_devinfo ibv_devinfo)"; return; }
 	if ! out=$(ibv_devinfo -d "$link_dev" -i "$link_port" 2>&1) ||
 		! grep -q "hca_id:.*$link_dev" <<<"$out"; then
 		if ! compgen -G '/sys/class/infiniband_verbs/uverbs*' >/dev/null; then
@@ -246,10 +238,7 @@ gid_index() {
 	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$d")
 	for file in "$SYSFS/$link_dev/ports/$link_port/gids/"*; do
 		read -r gid 2>/dev/null <"$file" || continue
-		if [ "$gid" = "$want" ]; then
-			echo "${file##*/}"
-			return 0
-		fi
+		[ "$gid" != "$want" ] || { echo "${file##*/}"; return 0; }
 	done
 	return 1
 }
@@ -276,14 +265,13 @@ check_address() {
 	addrs=$(ip -4 -o addr show dev "$link_netdev" | awk '{ sub("/.*", "", $4); print $4 }') || true
 	for a in $addrs; do
 		[[ $a == 127.* ]] && continue
-		if index=$(gid_index "$a"); then
-			addr=$a
-			read -r type 2>/dev/null <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" ||
-				type='type unknown'
-			ok "$what" "$addr on $link_netdev (GID index $index, $type): connect clients to $addr"
-			note "127.0.0.1 will not do: $LO_WHY"
-			return
-		fi
+		index=$(gid_index "$a") || continue
+		addr=$a
+		read -r type 2>/dev/null <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" ||
+			type='type unknown'
+		ok "$what" "$addr on $link_netdev (GID index $index, $type): connect clients to $addr"
+		note "127.0.0.1 will not do: $LO_WHY"
+		return
 	done
 	if [ -z "$addrs" ]; then
 		failed "$what" "none on $link_netdev, the netdev under $link_dev" \
@@ -319,8 +307,7 @@ check_nodes() {
 	if [ "$rxe_available" = false ] && [ ! -d /sys/module/rdma_ucm ]; then
 		skip 'rdma_cm device node' "no RDMA in this kernel"
 	else
-		check_node 'rdma_cm device node' "$NODES/rdma_cm" \
-			"as root: modprobe rdma_ucm"
+		check_node 'rdma_cm device node' "$NODES/rdma_cm" "as root: modprobe rdma_ucm"
 	fi
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	for v in /sys/class/infiniband_verbs/uverbs*; do
@@ -328,11 +315,10 @@ check_nodes() {
 		[ "$ibdev" = "$link_dev" ] && node=$NODES/${v##*/}
 	done
 	if [ -z "$node" ]; then
-		failed "$what" "none for $link_dev in /sys/class/infiniband_verbs" \
-			"as root: modprobe ib_uverbs"
-		return
+		failed "$what" "none for $link_dev in /sys/class/infiniband_verbs" "as root: modprobe ib_uverbs"
+	else
+		check_node "$what" "$node" "as root: modprobe ib_uverbs"
 	fi
-	check_node "$what" "$node" "as root: modprobe ib_uverbs"
 }
 
 # ibv_reg_mr pins memory, and the kernel counts every pinned page against
@@ -347,9 +333,7 @@ check_memlock() {
 	done <"/proc/$$/status"
 	if ((0x${cap:-0} >> CAP_IPC_LOCK & 1)); then
 		ok "$what" "exempt: $user has CAP_IPC_LOCK (root always does), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
-		return
-	fi
-	if [ "$limit" = unlimited ]; then
+	elif [ "$limit" = unlimited ]; then
 		ok "$what" "ulimit -l unlimited"
 	elif ((limit >= NEED_KIB)); then
 		ok "$what" "ulimit -l $limit KiB >= $NEED_KIB KiB, what the server pins (its 4 MiB pool and buffers)"
@@ -396,9 +380,8 @@ main() {
 	check_nodes
 	check_memlock
 	check_rping
-	if [ "$rxe_available" = false ]; then
+	[ "$rxe_available" = true ] ||
 		note "no Soft-RoCE here; to see these checks pass in the VM: scripts/soft-roce.sh scripts/doctor.sh"
-	fi
 	echo "doctor: $((n_ok + n_failed + n_skipped)) checks: $n_ok ok, $n_failed failed, $n_skipped skipped"
 	[ "$n_failed" = 0 ]
 }
