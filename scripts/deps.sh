@@ -80,8 +80,8 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe entries desc pkgs p cmd note update out refresh=''
-	local wanted=() missing=() unavailable=() unknown=() seen=' '
+	local mode=install purpose need probe entries desc pkgs p cmd update out refresh=''
+	local wanted=() missing=() unavailable=() unknown=() notes=() seen=' '
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--dry-run) mode=dry-run ;;
@@ -102,13 +102,18 @@ main() {
 	read_os_release
 
 	# Every need of the wanted purposes that this machine lacks (all of
-	# them, for another system's os-release), and its packages here.
+	# them, for another system's os-release), and its packages here; and
+	# the notes for this system.
 	while read -r purpose need probe rest; do
 		[[ $purpose == \#* || -z $purpose ]] && continue
-		[[ " ${wanted[*]} " == *" $purpose "* ]] || continue
-		[ -z "${OS_RELEASE:-}" ] && has "$probe" && continue
 		desc=${rest#*# }
 		read -ra entries <<<"${rest%%#*}"
+		if [ "$purpose" = note ]; then
+			[ -z "$(packages_for "${entries[@]}")" ] || notes+=("$desc")
+			continue
+		fi
+		[[ " ${wanted[*]} " == *" $purpose "* ]] || continue
+		[ -z "${OS_RELEASE:-}" ] && has "$probe" && continue
 		pkgs=$(packages_for "${entries[@]}")
 		case $pkgs in
 		'') unknown+=("$purpose: $desc") ;;
@@ -138,8 +143,9 @@ main() {
 		return 0
 	fi
 
-	note=$(note_of)
-	[ -z "$note" ] || say "$note"
+	for p in "${notes[@]}"; do
+		say "$p"
+	done
 	case $(manager) in
 	apt) cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}") refresh='sudo apt-get update && ' ;;
 	dnf) cmd=(dnf install -y "${pkgs[@]}") ;;

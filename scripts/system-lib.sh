@@ -77,17 +77,6 @@ packages_for() {
 	done
 }
 
-# note_of: this system's note from the table (a "note" row), if any.
-note_of() {
-	local purpose rest entries
-	while read -r purpose _ _ rest; do
-		[ "$purpose" = note ] || continue
-		read -ra entries <<<"${rest%%#*}"
-		[ -n "$(packages_for "${entries[@]}")" ] && echo "${rest#*# }"
-	done < <(grep -v '^#' "$PACKAGES_TABLE")
-	return 0
-}
-
 packages_of() {
 	local need rest entries
 	while read -r _ need _ rest; do
