@@ -90,8 +90,6 @@ fix_install() {
 	install_of "$1" || echo "install $2 (this system has no package for it in scripts/packages.txt)"
 }
 
-# The module check.  "rdma link add ... type rxe" loads rdma_rxe by itself,
-# so a module on disk is as good as a loaded one.
 check_module() {
 	local what='kernel module rdma_rxe' dev found
 	for dev in "${devices[@]}"; do
@@ -128,10 +126,8 @@ module_fix() {
 		# Debian's cloud kernel leaves rdma_rxe out (its
 		# drivers/infiniband has the core, mlx4_ib and mlx5_ib only);
 		# the standard kernel of the same architecture has it.
-		echo "this is Debian's cloud kernel, built without rdma_rxe," \
-			"which Debian's standard kernel has: $(install_line \
-			"linux-image-${BASH_REMATCH[1]}"), then boot" \
-			"it, for host mode; or $VM_HINT"
+		echo "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has:" \
+			"$(install_line "linux-image-${BASH_REMATCH[1]}"), then boot it, for host mode; or $VM_HINT"
 	else
 		echo "$VM_HINT"
 	fi
@@ -140,9 +136,8 @@ module_fix() {
 find_devices() {
 	local dev
 	for dev in "$SYSFS"/*; do
-		[ -e "$dev" ] && devices+=("${dev##*/}")
+		[ ! -e "$dev" ] || devices+=("${dev##*/}")
 	done
-	return 0
 }
 
 check_device() {
@@ -210,22 +205,19 @@ check_devinfo() {
 	local what='ibv_devinfo' out
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
 	command -v ibv_devinfo >/dev/null || { failed "$what" "not installed" "$(fix_install ibv_devinfo ibv_devinfo)"; return; }
-	if ! out=$(ibv_devinfo -d "$link_dev" -i "$link_port" 2>&1) ||
-		! grep -q "hca_id:.*$link_dev" <<<"$out"; then
-		if ! compgen -G '/sys/class/infiniband_verbs/uverbs*' >/dev/null; then
-			failed "$what" "libibverbs sees no $link_dev: no /sys/class/infiniband_verbs/uverbs*" \
-				"as root: modprobe ib_uverbs"
+	if out=$(ibv_devinfo -d "$link_dev" -i "$link_port" 2>&1) && grep -q "hca_id:.*$link_dev" <<<"$out"; then
+		if grep -q 'state:[[:space:]]*PORT_ACTIVE' <<<"$out"; then
+			ok "$what" "$link_dev port $link_port PORT_ACTIVE"
 		else
-			failed "$what" "libibverbs sees no $link_dev: $(head -n 1 <<<"$out")" \
-				"$(fix_install rxe-provider "libibverbs' drivers") (rxe's user-space driver)"
+			failed "$what" "$link_dev port $link_port is not PORT_ACTIVE: $(grep 'state:' <<<"$out" | tr -s '\t ' ' ')" \
+				"bring its netdev up with a carrier: ip link set ${link_netdev:-NETDEV} up"
 		fi
-		return
-	fi
-	if grep -q 'state:[[:space:]]*PORT_ACTIVE' <<<"$out"; then
-		ok "$what" "$link_dev port $link_port PORT_ACTIVE"
+	elif ! compgen -G '/sys/class/infiniband_verbs/uverbs*' >/dev/null; then
+		failed "$what" "libibverbs sees no $link_dev: no /sys/class/infiniband_verbs/uverbs*" \
+			"as root: modprobe ib_uverbs"
 	else
-		failed "$what" "$link_dev port $link_port is not PORT_ACTIVE: $(grep 'state:' <<<"$out" | tr -s '\t ' ' ')" \
-			"bring its netdev up with a carrier: ip link set ${link_netdev:-NETDEV} up"
+		failed "$what" "libibverbs sees no $link_dev: $(head -n 1 <<<"$out")" \
+			"$(fix_install rxe-provider "libibverbs' drivers") (rxe's user-space driver)"
 	fi
 }
 
