@@ -80,8 +80,8 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe entries desc pkgs p cmd update out refresh=''
-	local wanted=() missing=() unavailable=() unknown=() notes=() seen=' '
+	local mode=install purpose need probe entries desc pkgs p cmd note='' update out refresh=''
+	local wanted=() missing=() unavailable=() unknown=() seen=' '
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--dry-run) mode=dry-run ;;
@@ -109,7 +109,7 @@ main() {
 		desc=${rest#*# }
 		read -ra entries <<<"${rest%%#*}"
 		if [ "$purpose" = note ]; then
-			[ -z "$(packages_for "${entries[@]}")" ] || notes+=("$desc")
+			[ -z "$(packages_for "${entries[@]}")" ] || note+=${note:+$'\n'}$desc
 			continue
 		fi
 		[[ " ${wanted[*]} " == *" $purpose "* ]] || continue
@@ -143,9 +143,7 @@ main() {
 		return 0
 	fi
 
-	for p in "${notes[@]}"; do
-		say "$p"
-	done
+	[ -z "$note" ] || say "$note"
 	case $(manager) in
 	apt) cmd=(apt-get install -y --no-install-recommends "${pkgs[@]}") refresh='sudo apt-get update && ' ;;
 	dnf) cmd=(dnf install -y "${pkgs[@]}") ;;
