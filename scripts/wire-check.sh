@@ -41,7 +41,7 @@ usage() {
 	exit 2
 }
 
-# from_outputs DIR: KEY=VALUE lines from what the programs printed.
+# from_outputs DIR: sets main's want[KEY] from what the programs printed.
 from_outputs() {
 	local dir=$1 line qp
 	local connect=' port=([0-9]+) qp=(0x[0-9a-f]+)$'
@@ -51,67 +51,50 @@ from_outputs() {
 	line=$(grep -m1 '^connect server=' "$dir/client.out" || true)
 	[[ $line =~ $connect ]] ||
 		die "$dir/client.out has no 'connect server=... port=... qp=...' line"
-	echo "port=${BASH_REMATCH[1]}"
-	echo "client_qp=${BASH_REMATCH[2]}"
+	want[port]=${BASH_REMATCH[1]} want[client_qp]=${BASH_REMATCH[2]}
 	line=$(grep -m1 '^granted ' "$dir/client.out" || true)
 	[[ $line =~ $granted ]] ||
 		die "$dir/client.out has no 'granted addr=... rkey=... size=...' line"
-	echo "addr=${BASH_REMATCH[2]}"
-	echo "rkey=${BASH_REMATCH[3]}"
-	echo "granted=${BASH_REMATCH[4]}"
+	want[addr]=${BASH_REMATCH[2]} want[rkey]=${BASH_REMATCH[3]}
+	want[granted]=${BASH_REMATCH[4]}
 	# The server's QP is the one its grant of that slice names.
 	qp=$(grep "^grant qp=0x[0-9a-f]* ${BASH_REMATCH[1]}\$" "$dir/server.out" |
 		tail -n 1 | cut -d" " -f2 || true)
 	[ -n "$qp" ] || die "$dir/server.out has no grant of ${BASH_REMATCH[1]}"
-	echo "server_$qp"
+	want[server_qp]=${qp#qp=}
 }
 
 main() {
-	local pcap key value arg lines vars=()
-	local -A want=()
+	local pcap key value re what lines vars=()
+	local -A want=() known=()
 	[ $# -ge 1 ] || usage
 	pcap=$1
 	shift
 	while [ $# -gt 0 ]; do
-		arg=$1
+		case $1 in
+		--outputs) [ $# -ge 2 ] || usage; from_outputs "$2"; shift ;;
+		*=*) want[${1%%=*}]=${1#*=} ;;
+		*) usage ;;
+		esac
 		shift
-		if [ "$arg" = --outputs ]; then
-			[ $# -ge 1 ] || usage
-			lines=$(from_outputs "$1")
-			shift
-			while IFS='=' read -r key value; do
-				want[$key]=$value
-			done <<<"$lines"
-			continue
-		fi
-		[[ $arg == *=* ]] || usage
-		want[${arg%%=*}]=${arg#*=}
 	done
 
 	for key in "${KEYS[@]}"; do
 		value=${want[$key]:-}
 		case $key in
 		client_qp | server_qp | addr | rkey)
-			[[ $value =~ ^0x[0-9a-fA-F]+$ ]] ||
-				die "$key='$value': want a hexadecimal number (0x...)"
-			;;
-		*)
-			[[ $value =~ ^[0-9]+$ ]] ||
-				die "$key='$value': want a whole number"
-			;;
+			re='^0x[0-9a-fA-F]+$' what='a hexadecimal number (0x...)' ;;
+		*) re='^[0-9]+$' what='a whole number' ;;
 		esac
+		[[ $value =~ $re ]] || die "$key='$value': want $what"
 		vars+=(-v "$key=$value")
+		known[$key]=$value
 		unset "want[$key]"
 	done
 	[ "${#want[@]}" -eq 0 ] || die "unknown keys: ${!want[*]}"
-	for key in "${vars[@]}"; do
-		case $key in
-		every=0) die "every=0: a doorbell every 0 writes?" ;;
-		granted=*) value=${key#granted=}
-			((value >= 4 && value % 4 == 0)) ||
-				die "granted=$value: want a positive multiple of 4" ;;
-		esac
-	done
+	[ "${known[every]}" != 0 ] || die "every=0: a doorbell every 0 writes?"
+	((known[granted] >= 4 && known[granted] % 4 == 0)) ||
+		die "granted=${known[granted]}: want a positive multiple of 4"
 
 	# Decoded first, so that a capture tshark cannot read stops here.
 	if [ "$pcap" = - ]; then
