@@ -41,51 +41,36 @@ die() {
 # tshark's fields for every ARP, IPv6 neighbour discovery (ICMPv6 types
 # 135 and 136: IPv6's ARP) and RoCE packet of PCAP, tab-separated.
 packets() {
-	local pcap=$1 args=() f err
-	for f in "${FIELDS[@]}"; do
-		args+=(-e "$f")
-	done
+	local pcap=$1 args=() f err status=0
+	for f in "${FIELDS[@]}"; do args+=(-e "$f"); done
 	err=$(mktemp)
 	# Only on failure is tshark's stderr worth showing: it warns about
 	# running as root every time.
-	if ! tshark -r "$pcap" -Y 'arp || icmpv6.type == 135 || icmpv6.type == 136 || infiniband' -T fields \
-		-E separator=/t -E occurrence=f "${args[@]}" 2>"$err"; then
+	tshark -r "$pcap" -Y 'arp || icmpv6.type == 135 || icmpv6.type == 136 || infiniband' -T fields \
+		-E separator=/t -E occurrence=f "${args[@]}" 2>"$err" || status=$?
+	[ "$status" = 0 ] ||
 		echo "wire-trace: tshark cannot read $pcap: $(grep -v 'Running as user' "$err")" >&2
-		rm -f "$err"
-		return 1
-	fi
 	rm -f "$err"
-}
-
-decode() {
-	awk -v "fields=${FIELDS[*]}" -v "common=$here/../common" \
-		-f "$here/wire-lib.awk" \
-		-f "$here/wire-decode.awk"
+	[ "$status" = 0 ]
 }
 
 main() {
 	local raw=no records
-	if [ "${1:-}" = --raw ]; then
-		raw=yes
-		shift
-	fi
-	if [ $# -ne 1 ]; then
-		echo "usage: $0 [--raw] PCAP" >&2
-		exit 2
-	fi
+	[ "${1:-}" != --raw ] || { raw=yes; shift; }
+	[ $# -eq 1 ] || { echo "usage: $0 [--raw] PCAP" >&2; exit 2; }
 	command -v tshark >/dev/null ||
 		die "no tshark: install it with apt-get install tshark" \
 			"(or run scripts/deps.sh)"
 	[ -r "$1" ] || die "cannot read '$1'"
 
-	records=$(packets "$1" | decode)
+	records=$(packets "$1" | awk -v "fields=${FIELDS[*]}" \
+		-v "common=$here/../common" -f "$here/wire-lib.awk" -f "$here/wire-decode.awk")
 	[ -n "$records" ] ||
 		die "no RoCE v2 (UDP port 4791), ARP or neighbour discovery packet in '$1'"
 	if [ "$raw" = yes ]; then
 		echo "$records"
 	else
-		awk -f "$here/wire-lib.awk" -f "$here/wire-trace.awk" \
-			<<<"$records"
+		awk -f "$here/wire-lib.awk" -f "$here/wire-trace.awk" <<<"$records"
 	fi
 }
 
