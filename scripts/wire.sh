@@ -34,16 +34,11 @@ die() {
 
 # The options, checked here: a bad one must not cost two boots.
 parse_options() {
-	server=rdma_srq_pool_server_ev writes=12 every=4
-	size=10000 family=4
+	server=rdma_srq_pool_server_ev writes=12 every=4 size=10000 family=4
 	while [ $# -gt 0 ]; do
-		if [ "$1" = --ipv6 ]; then
-			family=6
-			shift
-			continue
-		fi
-		[ $# -ge 2 ] || usage
+		[ "$1" = --ipv6 ] || [ $# -ge 2 ] || usage
 		case $1 in
+		--ipv6) family=6; shift; continue ;;
 		--server) server=$2 ;;
 		-n | --writes) writes=$2 ;;
 		-k | --doorbell-every) every=$2 ;;
@@ -66,10 +61,10 @@ parse_options() {
 		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 }
 
-# tie RAW: the lines that tie what the programs printed to what the trace
-# shows of it, from the session's records (wire-trace.sh --raw).
+# tie: the lines that tie what the programs printed to what the trace
+# shows of it, from the session's records (wire-trace.sh --raw) on stdin.
 tie() {
-	local raw=$1 granted
+	local granted
 	granted=$(grep '^granted ' "$out/session/client.out")
 	awk -F'\t' -v granted="$granted" '
 		$5 == "send" && $9 ~ /msg=RESP_ALLOC/ { resp = $1 }
@@ -98,7 +93,7 @@ tie() {
 				" WRITEs and the other %d ACKs: the NICs handled them" \
 				" alone (here: rxe, in the kernel of each VM).\n", \
 				imm, acks - (acks > 0)
-		}' <<<"$raw" | fold -s -w 78
+		}' | fold -s -w 78
 }
 
 # on_signal SIG (stop_on_signals): the VMs stopped by vm-pair.sh's own
@@ -114,7 +109,7 @@ on_signal() {
 }
 
 main() {
-	local raw status=0
+	local status=0
 	parse_options "$@"
 	# This run's own folder, which takes wire-results/'s place when it
 	# ends: two runs at once never mix their files.
@@ -132,28 +127,21 @@ main() {
 	pair=$!
 	wait "$pair" || status=$?
 	pair=
-	if [ "$status" != 0 ]; then
-		die "the two VMs did not run the session (vm-pair.sh exited" \
-			"$status; see above)"
-	fi
-	echo
-	echo "== client: rdma_pool_client (its output)"
+	[ "$status" = 0 ] || die "the two VMs did not run the session" \
+		"(vm-pair.sh exited $status; see above)"
+	printf '\n== client: rdma_pool_client (its output)\n'
 	cat "$out/session/client.out" "$out/session/client.err"
-	echo
-	echo "== server: $server (its output)"
+	printf '\n== server: %s (its output)\n' "$server"
 	cat "$out/session/server.out" "$out/session/server.err"
-	echo
-	echo "== the cable: wire-results/cable.pcap (this trace: wire-results/trace.txt)"
+	printf '\n== the cable: wire-results/cable.pcap (this trace: wire-results/trace.txt)\n'
 	"$top/scripts/wire-trace.sh" "$out/cable.pcap" | tee "$out/trace.txt"
 	echo
-	raw=$("$top/scripts/wire-trace.sh" --raw "$out/cable.pcap")
-	tie "$raw"
+	"$top/scripts/wire-trace.sh" --raw "$out/cable.pcap" | tie
 	status=0
 	"$top/scripts/wire-check.sh" "$out/cable.pcap" --outputs "$out/session" \
 		size="$size" writes="$writes" every="$every" 2>&1 |
 		fold -s -w 78 || status=$?
-	echo
-	echo "Every field of every packet: open wire-results/cable.pcap in"
+	printf '\nEvery field of every packet: open wire-results/cable.pcap in\n'
 	echo "Wireshark (it decodes UDP port 4791 as RoCE v2 by itself)."
 	exit "$status"
 }
