@@ -66,16 +66,13 @@ await() {
 }
 
 read_plan() {
-	local name server port size writes every family extra
+	local fields line
+	# NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY, as above
+	local re='^[A-Za-z0-9_-]+ rdma_(pool_server|srq_pool_server_ev)( [0-9]+){4} [46]$'
 	[ -s "$dir/plan" ] || give_up "no sessions in $dir/plan"
-	while read -r name server port size writes every family extra; do
-		if [[ ! $name =~ ^[A-Za-z0-9_-]+$ ]] || [ -n "$extra" ] ||
-			[[ ! $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
-			[[ ! "$port $size $writes $every" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]] ||
-			[[ ! $family =~ ^[46]$ ]]; then
-			give_up "bad plan line '$name $server $port $size" \
-				"$writes $every $family${extra:+ $extra}'"
-		fi
+	while read -r -a fields; do
+		line=${fields[*]}
+		[[ $line =~ $re ]] || give_up "bad plan line '$line'"
 	done <"$dir/plan"
 }
 
