@@ -33,17 +33,16 @@ declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
 # The server's SIGINT, as tests/basic.sh's test_sigint checks it, from the
 # status the server VM wrote down.
 test_stopped() {
-	local t=$1/sigint_exits_0 status
+	local status why=''
 	status=$(cat "$work/server.status" 2>/dev/null || echo none)
 	if [ "$status" != 0 ]; then
-		fail "$t" "server exited $status after SIGINT"
+		why="server exited $status after SIGINT"
 	elif ! grep -q '^shutdown signal=SIGINT connections=0 chunks_in_use=0 ' "$work/server.out"; then
-		fail "$t" "no 'shutdown signal=SIGINT connections=0 chunks_in_use=0' line"
+		why="no 'shutdown signal=SIGINT connections=0 chunks_in_use=0' line"
 	elif [ -s "$work/server.err" ]; then
-		fail "$t" "server wrote errors: $(head -c 300 "$work/server.err")"
-	else
-		pass "$t"
+		why="server wrote errors: $(head -c 300 "$work/server.err")"
 	fi
+	pass_unless "$1/sigint_exits_0" "$why"
 }
 
 # test_session NAME SERVER SIZE WRITES EVERY FAMILY: one session, from
@@ -74,16 +73,15 @@ test_session() {
 # check_fails T PCAP WANT ARGS...: wire-check.sh with a capture or
 # expectations that do not match must fail with the message WANT.
 check_fails() {
-	local t=$1 capture=$2 want=$3 got status=0
+	local t=$1 capture=$2 want=$3 got status=0 why=''
 	shift 3
 	got=$("$top/scripts/wire-check.sh" "$capture" "$@" 2>&1) || status=$?
 	if [ "$status" = 0 ]; then
-		fail "$t" "wire-check.sh passed a mismatch ($*)"
+		why="wire-check.sh passed a mismatch ($*)"
 	elif [ "$got" != "$want" ]; then
-		fail "$t" "wire-check.sh said '$got', want '$want'"
-	else
-		pass "$t"
+		why="wire-check.sh said '$got', want '$want'"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # first_packet FILTER: "FRAME PSN" of the first packet that tshark's
@@ -191,20 +189,15 @@ main() {
 # The IPv6 session in the trace: the client asks for the server's MAC by
 # neighbour discovery (IPv6's ARP, from its link-local address), and its CM
 # ConnectRequest goes over RoCE v2 from its IPv6 address to the server's.
+# shellcheck disable=SC2016 # awk's fields, in awk programs run by pass_if
 test_ipv6_trace() {
 	local t=wire/ipv6/trace server=fd52:444d:4200::1 client=fd52:444d:4200::2
-	if ! awk -F'\t' -v s="$server" '$5 == "nd-solicit" &&
-		$9 ~ "^target=" s " mac=" { found = 1 } END { exit !found }' <<<"$raw"; then
-		fail "$t/neighbour_discovery" "no neighbour solicitation for $server: $(grep -c . <<<"$raw") records"
-	else
-		pass "$t/neighbour_discovery"
-	fi
-	if ! awk -F'\t' -v s="$server" -v c="$client" '$5 == "cm-req" && $3 == c &&
-		$4 == s && $9 ~ / port=7473 / { found = 1 } END { exit !found }' <<<"$raw"; then
-		fail "$t/connect_request" "no CM ConnectRequest from $client to $server, port 7473"
-	else
-		pass "$t/connect_request"
-	fi
+	pass_if "$t/neighbour_discovery" "no neighbour solicitation for $server: $(grep -c . <<<"$raw") records" \
+		awk -F'\t' -v s="$server" '$5 == "nd-solicit" &&
+		$9 ~ "^target=" s " mac=" { found = 1 } END { exit !found }' <<<"$raw"
+	pass_if "$t/connect_request" "no CM ConnectRequest from $client to $server, port 7473" \
+		awk -F'\t' -v s="$server" -v c="$client" '$5 == "cm-req" && $3 == c &&
+		$4 == s && $9 ~ / port=7473 / { found = 1 } END { exit !found }' <<<"$raw"
 }
 
 # A keepalive probe, the server's RDMA WRITE of no bytes every
@@ -212,7 +205,7 @@ test_ipv6_trace() {
 # one). The poll session with one put before its disconnect, and
 # acknowledged, passes the checker; with 4 bytes, it is named.
 test_checker_probe() {
-	local t=wire/checker_takes_a_keepalive_probe at got status=0 probes
+	local t=wire/checker_takes_a_keepalive_probe at got status=0 probes why=''
 	at=$(with_probe where || true)
 	# The probes the session had already (a slow run may have some).
 	probes=$("$top/scripts/wire-check.sh" - --outputs "$dir/poll" size=4096 \
@@ -220,12 +213,11 @@ test_checker_probe() {
 	got=$(with_probe 0 | "$top/scripts/wire-check.sh" - --outputs "$dir/poll" \
 		size=4096 writes=1100 every=100 2>&1) || status=$?
 	if [ -z "$at" ]; then
-		fail "$t" "no RESP_ALLOC of the poll session in the capture"
+		why="no RESP_ALLOC of the poll session in the capture"
 	elif [ "$status" != 0 ] || [[ $got != *"; $((probes + 1)) keepalive probe(s) from the server; "* ]]; then
-		fail "$t" "wire-check.sh exited $status: $got"
-	else
-		pass "$t"
+		why="wire-check.sh exited $status: $got"
 	fi
+	pass_unless "$t" "$why"
 	check_fails "wire/checker_names_first_difference/server_write" - \
 		"wire-check: packet ${at%$'\t'*} (server->client, PSN ${at#*$'\t'}): nothing more should come from the server after the RESP_ALLOC, but this is a RDMA WRITE (no immediate) (va=0x0 rkey=0x0 len=4)" \
 		--outputs "$dir/poll" size=4096 writes=1100 every=100 < <(with_probe 4)
@@ -266,7 +258,7 @@ with_probe() {
 # built with it: in a copy whose rkey and status trade places, the
 # server's RESP_ALLOC decodes with them traded.
 test_decoder_layout() {
-	local t=wire/decoder_follows_common copy=$dir/layout rkey got
+	local t=wire/decoder_follows_common copy=$dir/layout rkey got why=''
 	mkdir -p "$copy/scripts"
 	cp -r "$top/common" "$copy/"
 	cp "$top"/scripts/wire-{trace.sh,lib.awk,decode.awk} "$copy/scripts/"
@@ -275,12 +267,11 @@ test_decoder_layout() {
 	rkey=${rkey##*rkey=} rkey=${rkey%% *}
 	got=$("$copy/scripts/wire-trace.sh" --raw "$pcap" 2>&1 | grep -m 1 -o 'msg=RESP_ALLOC .*' || true)
 	if [ -z "$rkey" ]; then
-		fail "$t" "no RESP_ALLOC with status 0 in the capture"
-	elif [[ " $got " == *" rkey=0x0 "* && " $got " == *" status=$((rkey)) "* ]]; then
-		pass "$t"
-	else
-		fail "$t" "rkey and status traded in common.c, the RESP_ALLOC of rkey $rkey decodes as [$got]"
+		why="no RESP_ALLOC with status 0 in the capture"
+	elif [[ " $got " != *" rkey=0x0 "* || " $got " != *" status=$((rkey)) "* ]]; then
+		why="rkey and status traded in common.c, the RESP_ALLOC of rkey $rkey decodes as [$got]"
 	fi
+	pass_unless "$t" "$why"
 }
 
 # The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu
@@ -298,10 +289,7 @@ test_socket_cable() {
 }
 
 end_run() {
-	if report_end; then
-		rm -rf "$dir"
-		exit 0
-	fi
+	report_end && rm -rf "$dir" && exit 0
 	echo "wire: the capture and every program's output are in $dir"
 	exit 1
 }
