@@ -102,8 +102,7 @@ main() {
 	else
 		lines=$("$here/wire-trace.sh" --raw "$pcap")
 	fi
-	awk "${vars[@]}" -f "$here/wire-lib.awk" -f "$here/wire-check.awk" \
-		<<<"$lines"
+	awk "${vars[@]}" -f "$here/wire-lib.awk" -f "$here/wire-check.awk" <<<"$lines"
 }
 
 main "$@"

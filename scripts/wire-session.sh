@@ -37,8 +37,8 @@ say() {
 
 # give_up WHY: tell the other VM not to wait for us any more, and fail.
 give_up() {
-	echo "$WIRE_ROLE: $*" >&2
-	echo "$WIRE_ROLE: $*" >"$dir/abort.tmp"
+	say "$*" >&2
+	say "$*" >"$dir/abort.tmp"
 	mv "$dir/abort.tmp" "$dir/abort"
 	exit 1
 }
@@ -56,10 +56,7 @@ await() {
 	local end=$((SECONDS + $2))
 	while ((SECONDS < end)); do
 		[ -e "$dir/$1" ] && return 0
-		if [ -e "$dir/abort" ]; then
-			echo "$WIRE_ROLE: the other VM gave up: $(cat "$dir/abort")" >&2
-			exit 1
-		fi
+		[ ! -e "$dir/abort" ] || { say "the other VM gave up: $(cat "$dir/abort")" >&2; exit 1; }
 		sleep 0.1
 	done
 	give_up "no '$1' from the other VM within $2 s"
