@@ -52,8 +52,7 @@ parse_options() {
 	[[ $writes =~ ^[0-9]{1,4}$ ]] ||
 		die "-n '$writes': want 0 to 9999 writes (the trace has a line per packet)"
 	[[ $every =~ ^[1-9][0-9]*$ ]] || die "-k '$every': want a positive number"
-	[[ $size =~ ^[1-9][0-9]{0,6}$ ]] ||
-		die "--size '$size': want 1 to 9999999 bytes"
+	[[ $size =~ ^[1-9][0-9]{0,6}$ ]] || die "--size '$size': want 1 to 9999999 bytes"
 	for program in "$server" rdma_pool_client; do
 		[ -x "$top/$program" ] || die "no $program: run make first"
 	done
@@ -103,8 +102,7 @@ tie() {
 on_signal() {
 	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 ||
 		exec 2>/dev/null
-	[ -z "$pair" ] || kill -s TERM "$pair" 2>/dev/null || true
-	[ -z "$pair" ] || wait "$pair" || true
+	[ -z "$pair" ] || { kill -s TERM "$pair" 2>/dev/null; wait "$pair"; } || true
 	rm -rf "$out"
 }
 
