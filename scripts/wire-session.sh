@@ -38,14 +38,14 @@ say() {
 # give_up WHY: tell the other VM not to wait for us any more, and fail.
 give_up() {
 	say "$*" >&2
-	say "$*" >"$dir/abort.tmp"
-	mv "$dir/abort.tmp" "$dir/abort"
+	mark abort "$WIRE_ROLE: $*"
 	exit 1
 }
 
-# mark NAME: create DIR/NAME as a whole, so the other VM never sees half.
+# mark NAME [TEXT]: create DIR/NAME, holding TEXT (or the time), as a
+# whole, so the other VM never sees half.
 mark() {
-	date +%s >"$dir/$1.tmp"
+	echo "${2:-$(date +%s)}" >"$dir/$1.tmp"
 	mv "$dir/$1.tmp" "$dir/$1"
 }
 
