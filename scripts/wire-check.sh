@@ -92,8 +92,9 @@ main() {
 		unset "want[$key]"
 	done
 	[ "${#want[@]}" -eq 0 ] || die "unknown keys: ${!want[*]}"
-	[ "${known[every]}" != 0 ] || die "every=0: a doorbell every 0 writes?"
-	((known[granted] >= 4 && known[granted] % 4 == 0)) ||
+	# In base 10, as awk reads them (bash reads 010 as octal, and fails on 09).
+	((10#${known[every]} > 0)) || die "every=${known[every]}: a doorbell every 0 writes?"
+	((10#${known[granted]} >= 4 && 10#${known[granted]} % 4 == 0)) ||
 		die "granted=${known[granted]}: want a positive multiple of 4"
 
 	# Decoded first, so that a capture tshark cannot read stops here.
