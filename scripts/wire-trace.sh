@@ -59,8 +59,7 @@ main() {
 	[ "${1:-}" != --raw ] || { raw=yes; shift; }
 	[ $# -eq 1 ] || { echo "usage: $0 [--raw] PCAP" >&2; exit 2; }
 	command -v tshark >/dev/null ||
-		die "no tshark: install it with apt-get install tshark" \
-			"(or run scripts/deps.sh)"
+		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 	[ -r "$1" ] || die "cannot read '$1'"
 
 	records=$(packets "$1" | awk -v "fields=${FIELDS[*]}" \
