@@ -121,7 +121,7 @@ doorbell_seqs() {
 # line equal to ANCHOR (a grant or deny line, which names the qp; the last,
 # as QP numbers are reused) up to its disconnect line; waits up to 10 s.
 session() {
-	local qp from i lines
+	local qp from i lines=''
 	qp=$(echo "$1" | cut -d' ' -f2)
 	for ((i = 0; i < 100; i++)); do
 		from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1)
