@@ -291,15 +291,7 @@ test_deny() {
 }
 
 test_serves_after_deny() {
-	local t=$1/serves_after_deny port=$2 why status=0
-	run_client after "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
-	if [ "$status" != 0 ]; then
-		fail "$t" "client exited $status"
-	elif why=$(check_session after 100 10 4096); then
-		pass "$t"
-	else
-		fail "$t" "$why"
-	fi
+	client_session "$1/serves_after_deny" after "$2" 4096 100 10 4096
 }
 
 # SIGINT: the server closes every connection, destroys every QP, and its
