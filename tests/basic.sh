@@ -201,11 +201,7 @@ test_bench_smoke() {
 	elif ! is_png "$dir/scale.png"; then
 		why="scale.png is not a PNG"
 	fi
-	if [ -n "$why" ]; then
-		fail "$t" "$why"
-	else
-		pass "$t"
-	fi
+	pass_unless "$t" "$why"
 }
 
 # grants_disjoint FILE: no grant overlaps a slice whose QP has no destroy
@@ -251,14 +247,11 @@ test_eight_clients() {
 		pids+=("$!")
 	done
 	for i in "${!pids[@]}"; do
-		if ! wait "${pids[$i]}"; then
-			why="client $i failed: $(head -c 300 "$work/c$i.err")"
-		fi
+		wait "${pids[$i]}" || why="client $i failed: $(head -c 300 "$work/c$i.err")"
 	done
 	for i in "${!sizes[@]}"; do
 		[ -n "$why" ] && break
-		check_session "c$i" 1000 16 "${granted[$i]}" >"$work/check" ||
-			why="client $i: $(cat "$work/check")"
+		why=$(check_session "c$i" 1000 16 "${granted[$i]}") || why="client $i: $why"
 	done
 	tail -n "+$((start + 1))" "$work/server.out" >"$work/grants"
 	if [ -z "$why" ] && [ "$(grep -c '^grant ' "$work/grants")" != 8 ]; then
@@ -266,7 +259,7 @@ test_eight_clients() {
 	elif [ -z "$why" ] && ! grants_disjoint "$work/grants"; then
 		why="two grants overlap"
 	fi
-	if [ -n "$why" ]; then fail "$t" "$why"; else pass "$t"; fi
+	pass_unless "$t" "$why"
 }
 
 # test_deny NAME PORT SIZE STATUS
