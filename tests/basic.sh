@@ -217,17 +217,13 @@ grants_disjoint() {
 			addr=$((${addr#addr=}))
 			size=${size#size=}
 			for q in "${!lo[@]}"; do
-				if ((lo[$q] < addr + size && addr < hi[$q])); then
-					return 1
-				fi
+				((lo[$q] < addr + size && addr < hi[$q])) && return 1
 			done
 			lo[$qp]=$addr
 			hi[$qp]=$((addr + size))
 			grants=$((grants + 1))
 			;;
-		destroy)
-			unset "lo[$qp]" "hi[$qp]"
-			;;
+		destroy) unset "lo[$qp]" "hi[$qp]" ;;
 		esac
 	done <"$1"
 	# Every grant line must have been read, or this proves nothing.
@@ -271,8 +267,7 @@ test_deny() {
 		fail "$t" "client did not print 'denied size=$size status=$status'"
 	elif ! grep -q "$status" "$work/deny.err"; then
 		fail "$t" "client's error message does not name $status"
-	elif ! deny=$(grep -x "deny qp=0x[0-9a-f]* size=$size status=$status" "$work/server.out" | tail -n 1) ||
-		[ -z "$deny" ]; then
+	elif ! deny=$(grep -x "deny qp=0x[0-9a-f]* size=$size status=$status" "$work/server.out" | tail -n 1); then
 		fail "$t" "server did not print 'deny ... size=$size status=$status'"
 	elif [ "$(session "$deny" | tail -n 1)" != "disconnect $(echo "$deny" | cut -d' ' -f2)" ]; then
 		fail "$t" "server did not see the denied client go"
