@@ -37,9 +37,7 @@ report() {
 	echo "$1 - $report_prefix$2${3:+: $3} [${SECONDS}s]"
 	[ "$1" = ok ] && return
 	failed=$((failed + 1))
-	if declare -F on_fail >/dev/null; then
-		on_fail
-	fi
+	if declare -F on_fail >/dev/null; then on_fail; fi
 	return 0
 }
 
@@ -79,9 +77,7 @@ needs_root() {
 }
 
 # report_end: true if nothing failed.
-report_end() {
-	[ "$failed" = 0 ]
-}
+report_end() { [ "$failed" = 0 ]; }
 
 # as_job CMD...: CMD in the background as a terminal's job, in a process
 # group of its own (set -m: without it bash starts a background command
@@ -108,14 +104,11 @@ group_runs() {
 # if the group still ran, and was then killed.
 # shellcheck disable=SC2034 # job_status is the caller's
 signal_job() {
-	local pid=$1 i
+	local pid=$1 i target=$1
+	[ "$2" = group ] && target=-$1
 	job_status=0
 	{ # (stderr away: bash reports a job of set -m killed by a signal)
-		if [ "$2" = group ]; then
-			kill -s "$3" -- "-$pid"
-		else
-			kill -s "$3" "$pid"
-		fi
+		kill -s "$3" -- "$target"
 		for ((i = 0; i < $4 * 10; i++)); do
 			group_runs "$pid" || break
 			sleep 0.1
