@@ -34,21 +34,20 @@ end_jobs() {
 # test_lib: the helpers see what a long server log holds: a line found
 # early, with much after it, is found (no test of the programs).
 test_lib() {
-	local grant='grant qp=0x460 addr=0x1000 rkey=0x3b4 size=8192' saved_pid=$server_pid
+	# (No server: slice_back has no process to show when it fails.)
+	local grant='grant qp=0x460 addr=0x1000 rkey=0x3b4 size=8192' server_pid=
 	{
 		echo "$grant"
 		echo 'disconnect qp=0x460'
 		echo 'destroy qp=0x460 after_ms=2255 ended_by=timer freed=8192'
 		seq 20000 | sed 's/.*/doorbell qp=0x461 seq=& value=& ok/'
 	} >"$work/server.out"
-	server_pid=
 	if [ "$(session "$grant" | tail -n 1)" = 'disconnect qp=0x460' ] &&
 		slice_back "$grant" 8192 >/dev/null; then
 		pass lib/long_server_log
 	else
 		fail lib/long_server_log "session or slice_back missed a line followed by 20000 more"
 	fi
-	server_pid=$saved_pid
 	rm -f "$work/server.out"
 }
 
@@ -106,8 +105,7 @@ stop_server() {
 run_client() {
 	local name=$1 port=$2
 	shift 2
-	timeout 120 "$client" --port "$port" "$@" \
-		>"$work/$name.out" 2>"$work/$name.err"
+	timeout 120 "$client" --port "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
 }
 
 # The doorbells a client rings for N writes, one every K: K, 2K, ... and N.
@@ -205,8 +203,6 @@ stats_whole() {
 	local re='^[a-z]+.* connections=0 chunks_in_use=0 doorbells=[0-9]+ closing=0 recvs_posted=([0-9]+)/([0-9]+)'
 	[[ $1 =~ $re ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || return 1
 	re=' replies_free=([0-9]+)/([0-9]+)$'
-	if [[ $1 =~ $re ]]; then
-		[ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || return 1
-	fi
+	[[ ! $1 =~ $re ]] || [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]
 }
 
