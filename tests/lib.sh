@@ -108,13 +108,6 @@ run_client() {
 	timeout 120 "$client" --port "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
 }
 
-# The doorbells a client rings for N writes, one every K: K, 2K, ... and N.
-doorbell_seqs() {
-	local n=$1 k=$2 i
-	for ((i = k; i <= n; i += k)); do echo "$i"; done
-	if ((n % k)); then echo "$n"; fi
-}
-
 # session ANCHOR: the server's lines about one connection, from the last
 # line equal to ANCHOR (a grant or deny line, which names the qp; the last,
 # as QP numbers are reused) up to its disconnect line; waits up to 10 s.
@@ -144,7 +137,7 @@ session() {
 check_session() {
 	local name=$1 n=$2 k=$3 granted=$4
 	local out=$work/$name.out sout=$work/server.out
-	local addr rkey grant qp lines want got
+	local addr rkey grant qp lines seqs=() s want got
 
 	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$out")
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$out")
@@ -154,17 +147,19 @@ check_session() {
 	[ -n "$grant" ] || { echo "server printed no grant of $addr rkey=$rkey size=$granted"; return 1; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
 
-	want=$(doorbell_seqs "$n" "$k" | sed 's/.*/doorbell seq=& completed/')
+	# The doorbells a client rings for N writes, one every K: K, 2K, ... and N.
+	mapfile -t seqs < <(seq "$k" "$k" "$n"; if ((n % k)); then echo "$n"; fi)
+	want=$(printf 'doorbell seq=%s completed\n' "${seqs[@]}")
 	got=$(grep '^doorbell ' "$out" || true)
 	[ "$want" = "$got" ] ||
-		{ echo "client doorbells differ from the expected $(doorbell_seqs "$n" "$k" | wc -l)"; return 1; }
-	grep -qx "done writes=$n doorbells=$(doorbell_seqs "$n" "$k" | wc -l) seconds=[0-9.]* writes_per_s=[0-9]*" "$out" ||
+		{ echo "client doorbells differ from the expected ${#seqs[@]}"; return 1; }
+	grep -qx "done writes=$n doorbells=${#seqs[@]} seconds=[0-9.]* writes_per_s=[0-9]*" "$out" ||
 		{ echo "client printed no matching 'done' summary"; return 1; }
-	grep -qx "rtt doorbells=$(doorbell_seqs "$n" "$k" | wc -l) median_us=[0-9.]* p99_us=[0-9.]* max_us=[0-9.]*" "$out" ||
+	grep -qx "rtt doorbells=${#seqs[@]} median_us=[0-9.]* p99_us=[0-9.]* max_us=[0-9.]*" "$out" ||
 		{ echo "client printed no matching 'rtt' summary"; return 1; }
 
 	lines=$(session "$grant")
-	want=$(doorbell_seqs "$n" "$k" | sed "s/.*/doorbell $qp seq=& value=& ok/")
+	want=$(for s in "${seqs[@]}"; do echo "doorbell $qp seq=$s value=$s ok"; done)
 	got=$(echo "$lines" | grep '^doorbell ' || true)
 	[ "$want" = "$got" ] ||
 		{ echo "server doorbells for $qp are not exactly seq=value ok for each expected seq"; return 1; }
