@@ -108,25 +108,27 @@ run_client() {
 	timeout 120 "$client" --port "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
 }
 
-# session ANCHOR: the server's lines about one connection, from the last
-# line equal to ANCHOR (a grant or deny line, which names the qp; the last,
-# as QP numbers are reused) up to its disconnect line; waits up to 10 s.
+# since ANCHOR: the server's log from its last line equal to ANCHOR (a
+# grant or deny line, which names the qp; the last, as QP numbers are
+# reused); false while there is none.
+since() {
+	local from
+	from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1) || true
+	[ -n "$from" ] && tail -n "+$from" "$work/server.out"
+}
+
+# session ANCHOR: the server's lines about one connection, since ANCHOR up
+# to its disconnect line; waits up to 10 s.
 session() {
-	local qp from i lines=''
+	local qp i lines=''
 	qp=$(echo "$1" | cut -d' ' -f2)
 	for ((i = 0; i < 100; i++)); do
-		from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1)
-		if [ -n "$from" ]; then
-			# awk reads to the end: a reader that quits early
-			# would kill tail with SIGPIPE, a failure under pipefail.
-			lines=$(tail -n "+$from" "$work/server.out" | awk -v q="$qp" '
-				!done && $2 == q { print }
-				$2 == q && $1 == "disconnect" { done = 1 }')
-			if [[ $lines == *$'\n'disconnect* ]]; then
-				echo "$lines"
-				return 0
-			fi
-		fi
+		# awk reads to the end: a reader that quits early
+		# would kill tail with SIGPIPE, a failure under pipefail.
+		lines=$(since "$1" | awk -v q="$qp" '
+			!done && $2 == q { print }
+			$2 == q && $1 == "disconnect" { done = 1 }') || true
+		[[ $lines == *$'\n'disconnect* ]] && break
 		sleep 0.1
 	done
 	echo "$lines"
@@ -172,14 +174,12 @@ check_session() {
 # QP is destroyed only once it is quiet, up to 2 s after its disconnect
 # where the device never raises LAST_WQE_REACHED.
 slice_back() {
-	local qp from i
+	local qp i
 	qp=$(echo "$1" | cut -d' ' -f2)
 	for ((i = 0; i < 100; i++)); do
-		from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1)
 		# Not grep -q: as in session, a reader that quits early fails
 		# the test (seen after the load test's 32 clients).
-		if [ -n "$from" ] && tail -n "+$from" "$work/server.out" |
-			grep -E "^destroy $qp after_ms=[0-9]+ ended_by=(last_wqe|timer) freed=$2\$" >/dev/null; then
+		if since "$1" | grep -E "^destroy $qp after_ms=[0-9]+ ended_by=(last_wqe|timer) freed=$2\$" >/dev/null; then
 			return 0
 		fi
 		sleep 0.1
