@@ -138,7 +138,8 @@ busy_default=$("$top/$ev_server" --help | tr '\n' ' ' |
 	sed -n 's/.*--busy-poll-us N[^(]*(default \([0-9]*\)).*/\1/p')
 [ -n "$busy_default" ] || die "$ev_server --help names no default for --busy-poll-us"
 read -r -a budgets <<<"$(printf '%s\n' "${budgets[@]}" "$busy_default" | sort -nu | paste -sd' ')"
-latency_servers=("$tick_server" "${budgets[@]/#/$ev_server --busy-poll-us }")
+latency_servers=("$tick_server")
+for b in "${budgets[@]}"; do latency_servers+=("$ev_server --busy-poll-us $b"); done
 
 # ---- running things ---------------------------------------------------------
 
