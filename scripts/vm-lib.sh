@@ -39,14 +39,8 @@ INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p)
 # PID 1 of the VM, run by busybox sh: scripts/vm-init.sh.
 INIT=$repo/scripts/vm-init.sh
 
-die() {
-	echo "$vm_prog: $*" >&2
-	exit 1
-}
-
-say() {
-	echo "$vm_prog: $*" >&2
-}
+say() { echo "$vm_prog: $*" >&2; }
+die() { say "$@"; exit 1; }
 
 # kernel_root VERSION: the directory holding boot/vmlinuz-VERSION and
 # lib/modules/VERSION: its folder in the cache, else / (the same version may
@@ -165,13 +159,10 @@ check_prereqs() {
 	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
 	command -v cpio >/dev/null || missing+=(cpio)
 	# The guest runs busybox before it can reach any shared library.
-	if [ ! -x /bin/busybox ] || ! static_elf /bin/busybox; then
+	[ -x /bin/busybox ] && static_elf /bin/busybox ||
 		missing+=("a statically linked /bin/busybox (busybox-static)")
-	fi
-	if [ "${#missing[@]}" -gt 0 ]; then
-		die "cannot boot the Soft-RoCE VM without: ${missing[*]};" \
-			"scripts/deps.sh vm installs them"
-	fi
+	[ "${#missing[@]}" -eq 0 ] || die "cannot boot the Soft-RoCE VM without:" \
+		"${missing[*]}; scripts/deps.sh vm installs them"
 	find_kernel || kernel_for_vms
 	# A kernel from the cache has its modules shown in the guest over the
 	# host's /lib/modules, which the guest cannot make (the host's root is
@@ -195,10 +186,7 @@ build_initramfs() {
 	key=$(printf '%s\n' "$ver" "$root" "$files" "$(cat "$INIT")" |
 		sha256sum | cut -c1-12)
 	image=$vmdir/initramfs-$ver-$key.cpio.gz
-	if [ -e "$image" ]; then
-		echo "$image"
-		return
-	fi
+	[ ! -e "$image" ] || { echo "$image"; return; }
 
 	tmp=$(mktemp -d "$vmdir/initramfs.XXXXXX") || die "cannot make a folder in $vmdir"
 	stage=$tmp/root
@@ -376,13 +364,11 @@ strip_cr() {
 # guest's job (CMD) wrote into JOB; if there is none, says on stderr why
 # the VM (WHAT: "the VM", "the server VM") did not get that far, and fails.
 job_status() {
-	local job=$1 status=$2 what=$3 cmd=$4 rc
+	local job=$1 status=$2 what=$3 cmd=$4
 	if [ -s "$job/status" ]; then
-		read -r rc <"$job/status"
-		echo "$rc"
+		head -n 1 "$job/status"
 		return 0
-	fi
-	if [ "$status" -eq 124 ]; then
+	elif [ "$status" -eq 124 ]; then
 		say "$what timed out after ${VM_TIMEOUT}s (VM_TIMEOUT)"
 	else
 		say "$what stopped without reporting the exit status of" \
