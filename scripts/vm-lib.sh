@@ -71,29 +71,24 @@ initramfs_modules() {
 # rdma_rxe and every module of the initramfs among its modules, in a form
 # this machine can unpack.  Sets why_not otherwise.
 kernel_usable() {
-	local ver=$1 root files f
+	local ver=$1 root files f tool
+	why_not=''
 	if ! root=$(kernel_root "$ver"); then
 		why_not="not in /boot, nor in $KERNEL_CACHE"
-		return 1
-	fi
-	if [ ! -r "${root}boot/vmlinuz-$ver" ]; then
+	elif [ ! -r "${root}boot/vmlinuz-$ver" ]; then
 		why_not="${root}boot/vmlinuz-$ver is readable by root only (as on Ubuntu): run as root, or make it readable (sudo chmod 0644 ${root}boot/vmlinuz-$ver)"
-		return 1
-	fi
-	if ! modprobe -d "$root" -S "$ver" --show-depends rdma_rxe >/dev/null 2>&1; then
+	elif ! modprobe -d "$root" -S "$ver" --show-depends rdma_rxe >/dev/null 2>&1; then
 		why_not="no rdma_rxe module (CONFIG_RDMA_RXE)"
-		return 1
-	fi
-	if ! files=$(initramfs_modules "$root" "$ver"); then
+	elif ! files=$(initramfs_modules "$root" "$ver"); then
 		why_not="no module for ${INITRAMFS_MODULES[*]} (virtio and 9p)"
-		return 1
+	else
+		for f in $files; do
+			case $f in *.ko.xz) tool=xz ;; *.ko.zst) tool=zstd ;; *) continue ;; esac
+			command -v "$tool" >/dev/null ||
+				why_not="its modules are $tool-compressed, and there is no $tool"
+		done
 	fi
-	for f in $files; do
-		case $f in
-		*.ko.xz) command -v xz >/dev/null || { why_not="its modules are xz-compressed, and there is no xz"; return 1; } ;;
-		*.ko.zst) command -v zstd >/dev/null || { why_not="its modules are zstd-compressed, and there is no zstd"; return 1; } ;;
-		esac
-	done
+	[ -z "$why_not" ]
 }
 
 # The kernels in /boot, newest first.
@@ -108,21 +103,17 @@ boot_kernels() {
 # VM_KERNEL, else each kernel in /boot in turn.  Says on stderr why each
 # one before it could not; fails if none can.
 find_kernel() {
-	local ver tried=0
-	if [ -n "${VM_KERNEL:-}" ]; then
-		kernel_usable "$VM_KERNEL" ||
+	local ver
+	vm_ver=${VM_KERNEL:-}
+	if [ -n "$vm_ver" ]; then
+		kernel_usable "$vm_ver" ||
 			die "VM_KERNEL=$VM_KERNEL cannot boot the VM: $why_not"
-		vm_ver=$VM_KERNEL
 	else
 		for ver in $(boot_kernels); do
-			tried=$((tried + 1))
-			if kernel_usable "$ver"; then
-				vm_ver=$ver
-				break
-			fi
+			kernel_usable "$ver" && vm_ver=$ver && break
 			say "kernel $ver cannot boot the VM: $why_not"
 		done
-		[ -n "${vm_ver:-}" ] && [ "$tried" -gt 0 ] || return 1
+		[ -n "$vm_ver" ] || return 1
 	fi
 	vm_root=$(kernel_root "$vm_ver")
 }
