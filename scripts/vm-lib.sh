@@ -305,32 +305,36 @@ write_job() {
 	printf 'exec%s\n' "$(printf ' %q' "$@")"
 }
 
-# boot_vm JOB MEGABYTES CPUS [QEMU_ARGS...]: one VM, until its guest powers
-# off. The guest's job writes its stdout to qemu's stdout and its stderr,
-# with the kernel's messages, to qemu's stderr. JOB is the directory with
-# job.sh; the extra QEMU_ARGS add devices, and name=value words in
-# VM_APPEND reach the guest's init.
+# boot_vm JOB MEGABYTES CPUS MARK [QEMU_ARGS...]: one VM, until its guest
+# powers off; qemu's exit status (124: VM_TIMEOUT ran out).  The guest's job
+# writes its stdout to qemu's stdout and its stderr, with the kernel's
+# messages, to qemu's stderr: "2>&1 >&3" swaps the two so that both pass
+# through sed, and come out here as they went in, each line after MARK and
+# without the \r that ends serial lines.  JOB is the directory with job.sh,
+# and gets qemu.pid (stop_qemu); the extra QEMU_ARGS add devices, and
+# name=value words in VM_APPEND reach the guest's init.
 boot_vm() {
-	local job=$1 mem=$2 cpus=$3
+	local job=$1 mem=$2 cpus=$3 edit="s/\r//g; s/^/$4/"
 	local share=security_model=none,multidevs=remap
 	# Only panics reach the console (loglevel=1); panic=-1 reboots at once,
 	# and -no-reboot turns that into qemu exiting.
 	local append="console=ttyS1 quiet loglevel=1 panic=-1"
 	append+=" vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
 	[ "$vm_root" = / ] || append+=" vm_modules=${vm_root}lib/modules/$vm_ver"
-	shift 3
+	shift 4
 
 	qemu_cmd "$vm_accel" "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
 		"$append" "$mem" "$cpus"
-	timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" \
+	{ timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" \
 		-serial file:/dev/stdout -serial file:/dev/stderr \
 		-virtfs "local,path=/,mount_tag=hostroot,readonly=on,$share" \
 		-virtfs "local,path=$repo,mount_tag=repo,$share" \
-		"$@" </dev/null
+		-pidfile "$job/qemu.pid" "$@" </dev/null 2>&1 >&3 3>&- |
+		sed -u "$edit" >&2; } 3>&1 | sed -u "$edit"
 }
 
-# stop_qemu JOB: end the qemu that boot_vm started for JOB with
-# "-pidfile JOB/qemu.pid", if it still runs (and that PID is still a qemu).
+# stop_qemu JOB: end the qemu that boot_vm started for JOB, if it still
+# runs (and the PID in JOB/qemu.pid is still a qemu).
 stop_qemu() {
 	local pid comm
 	[ -s "$1/qemu.pid" ] || return 0
@@ -344,11 +348,6 @@ stop_qemu() {
 on_signal() {
 	echo "$vm_prog: SIG$1: stopping the VM" >&2 || exec 2>/dev/null
 	cleanup
-}
-
-# Serial lines end in \r\n.
-strip_cr() {
-	sed -u 's/\r//g'
 }
 
 # job_status JOB QEMU_STATUS WHAT CMD: prints the exit status that the

@@ -54,11 +54,6 @@ usage() {
 	exit 2
 }
 
-# label ROLE: the guest's serial output, one marked line per line.
-label() {
-	sed -u "s/\r//g; s/^/[$1 vm] /"
-}
-
 # run_vm ROLE JOB HOST NETDEV...: boot one VM of the pair, HOST 1 (the
 # server) or 2 (the client), with a NIC on each cable NETDEV defines
 # (cable N is netdev "cableN"), and record qemu's exit status in JOB/qemu.
@@ -77,11 +72,8 @@ run_vm() {
 	if [ "$role" = server ] && [ -n "$pcap" ]; then
 		args+=(-object "filter-dump,id=dump,netdev=cable0,file=$pcap")
 	fi
-	VM_APPEND="vm_nic_macs=${macs#,} vm_nic_addrs=${addrs#,} vm_server_addrs=${servers#,}"
-	# The same swap of stdout and stderr as in vm-run.sh.
-	{ VM_APPEND=$VM_APPEND boot_vm "$job" 1024 1 -pidfile "$job/qemu.pid" \
-		"${args[@]}" 2>&1 >&3 3>&- | label "$role" >&2; } 3>&1 |
-		label "$role" || status=$?
+	VM_APPEND="vm_nic_macs=${macs#,} vm_nic_addrs=${addrs#,} vm_server_addrs=${servers#,}" \
+		boot_vm "$job" 1024 1 "[$role vm] " "${args[@]}" || status=$?
 	echo "$status" >"$job/qemu"
 }
 

@@ -49,16 +49,13 @@ main() {
 	job=$(mktemp -d "$vmdir/job.XXXXXX")
 	write_job "$@" >"$job/job.sh"
 
-	# qemu's stdout carries CMD's stdout, its stderr the guest's console:
-	# "2>&1 >&3" swaps them so that the stderr also passes through
-	# strip_cr.  In the background, so that a signal stops the VM at once.
-	# A guest that stops before CMD starts has run nothing of it: it boots
-	# once more (seen: "Oops: int3" in the kernel's own code patching, on
-	# 6.12 under TCG).
+	# In the background, so that a signal stops the VM at once.  A guest
+	# that stops before CMD starts has run nothing of it: it boots once
+	# more (seen: "Oops: int3" in the kernel's own code patching, on 6.12
+	# under TCG).
 	for try in 1 2; do
 		status=0
-		( { boot_vm "$job" 2048 2 -pidfile "$job/qemu.pid" 2>&1 >&3 3>&- |
-			strip_cr >&2; } 3>&1 | strip_cr ) &
+		boot_vm "$job" 2048 2 '' &
 		wait $! || status=$?
 		if [ "$try" = 2 ] || [ "$status" = 124 ] || [ -e "$job/started" ]; then
 			break
