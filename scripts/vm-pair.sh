@@ -49,10 +49,7 @@ VM_GRACE=${VM_GRACE:-60}
 # Set in main, and read by the EXIT trap after main has returned.
 pair='' cable='' server='' client='' pcap=''
 
-usage() {
-	echo "usage: $0 [--pcap FILE] CMD [ARGS...]" >&2
-	exit 2
-}
+usage() { echo "usage: $0 [--pcap FILE] CMD [ARGS...]" >&2; exit 2; }
 
 # run_vm ROLE JOB HOST NETDEV...: boot one VM of the pair, HOST 1 (the
 # server) or 2 (the client), with a NIC on each cable NETDEV defines
@@ -169,7 +166,7 @@ cleanup() {
 }
 
 main() {
-	local server_pid client_pid server_rc client_rc
+	local server_pid client_pid server_rc client_rc role
 	if [ "${1:-}" = --pcap ]; then
 		[ $# -ge 2 ] || usage
 		pcap=$(realpath -m -- "$2")
@@ -188,13 +185,12 @@ main() {
 	pair=$(mktemp -d "$vmdir/pair.XXXXXX")
 	cable=$(mktemp -d "${TMPDIR:-/tmp}/vm-pair.XXXXXX")
 	cable_plan
-	server=$pair/server
-	client=$pair/client
-	mkdir "$server" "$client"
-	WIRE_ROLE=server VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
-		write_job "$@" >"$server/job.sh"
-	WIRE_ROLE=client VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
-		write_job "$@" >"$client/job.sh"
+	server=$pair/server client=$pair/client
+	for role in server client; do
+		mkdir "$pair/$role"
+		WIRE_ROLE=$role VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
+			write_job "$@" >"$pair/$role/job.sh"
+	done
 
 	# The server VM holds the listening end of each cable (and the
 	# recorder); the client VM can plug in only once it listens.
@@ -216,10 +212,8 @@ main() {
 
 	server_rc=$(outcome "$server" "the server VM" "$*")
 	client_rc=$(outcome "$client" "the client VM" "$*")
-	if [ "$server_rc" != "exited 0" ] || [ "$client_rc" != "exited 0" ]; then
-		die "'$*' failed: in the server VM it $server_rc, in the" \
-			"client VM it $client_rc"
-	fi
+	[ "$server_rc/$client_rc" = "exited 0/exited 0" ] || die "'$*' failed:" \
+		"in the server VM it $server_rc, in the client VM it $client_rc"
 }
 
 main "$@"

@@ -38,10 +38,7 @@ cleanup() {
 
 main() {
 	local status=0 rc try
-	if [ $# -eq 0 ]; then
-		echo "usage: $0 CMD [ARGS...]" >&2
-		exit 2
-	fi
+	[ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
 	vm_prepare
 
 	trap cleanup EXIT
