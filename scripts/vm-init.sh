@@ -104,10 +104,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L repo "$H$vm_repo" ||
 # Adding an rxe link makes the kernel load crc32 helpers by itself, with the
 # program named in /proc/sys/kernel/modprobe. It would look for it in this
 # initramfs, which has none, and "rdma link add" would fail with ENOENT.
-cat >/bin/modprobe-host <<'EOT'
-#!/bin/sh
-exec chroot /host /sbin/modprobe "$@"
-EOT
+printf '#!/bin/sh\nexec chroot /host /sbin/modprobe "$@"\n' >/bin/modprobe-host
 chmod +x /bin/modprobe-host
 echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 
