@@ -40,8 +40,8 @@ below() {
 # have theirs, server and client, in one), once its qemu does.
 vm_below() {
 	local job
-	job=$(below "$1" ' vm_job=' | grep -o -m 1 ' vm_job=[^ ]*') || return 1
-	job=${job#*=}
+	job=$(below "$1" ' vm_job=' | sed -n 's/.* vm_job=\([^ ]*\).*/\1/p') || return 1
+	job=${job%%$'\n'*}
 	job=${job%/server}
 	echo "${job%/client}"
 }
