@@ -85,16 +85,17 @@ test_vm_interrupt() {
 	fi
 	sleep 2 # into the guest's boot
 	[ -z "$reader" ] || { kill "$reader" && wait "$reader"; } 2>/dev/null || true
-	signal_job "$run" "$target" "$sig" 20 || why="$script.sh still runs 20 s after SIG$sig"
 	want=$((128 + $(kill -l "$sig")))
-	if [ -z "$why" ] && [ -n "$(qemus "$job")" ]; then
+	if ! signal_job "$run" "$target" "$sig" 20; then
+		why="$script.sh still runs 20 s after SIG$sig"
+	elif [ -n "$(qemus "$job")" ]; then
 		why="a qemu of its still runs"
-	elif [ -z "$why" ] && [ -e "$job" ]; then
+	elif [ -e "$job" ]; then
 		why="its folder $job is still there"
-	elif [ -z "$why" ] && [ "$job_status" != "$want" ]; then
+	elif [ "$job_status" != "$want" ]; then
 		why="$script.sh exited $job_status, not by SIG$sig ($want)"
-	elif [ -z "$why" ] && { [ "$(stat -c %i "$top/wire-results" 2>/dev/null || true)" != "$results" ] ||
-		compgen -G "$top/wire-results.run.*" >/dev/null; }; then
+	elif [ "$(stat -c %i "$top/wire-results" 2>/dev/null || true)" != "$results" ] ||
+		compgen -G "$top/wire-results.run.*" >/dev/null; then
 		why="wire-results/ was replaced, or this run's folder left beside it"
 	fi
 	pass_unless "$name" "${why:+$why: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')}"
@@ -115,9 +116,8 @@ test_probe_interrupt() {
 	mv "$cache" "$cache.kept" 2>/dev/null || true
 	as_job env --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1
 	run=$!
-	if wait_until "$run" 60 below "$run" ' vm_probe=1' >/dev/null; then
-		probe=$(below "$run" ' vm_probe=1' | awk '{ print $1 }') || true
-	fi
+	wait_until "$run" 60 below "$run" ' vm_probe=1' >"$out/probe.ps" || true
+	probe=$(awk '{ print $1 }' "$out/probe.ps")
 	sleep 2 # into the probe guest's boot, its qemu's handlers in place
 	if [ -z "$probe" ]; then
 		why="no probe ran"
