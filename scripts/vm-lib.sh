@@ -1,11 +1,7 @@
 # shellcheck shell=bash
 # vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM that
-# stands in for a machine whose kernel has rdma_rxe) and vm-pair.sh (two VMs
-# on one virtual cable). A VM boots a kernel that has rdma_rxe under qemu
-# and sees this machine's root file system read-only over 9p, so every
-# program installed here is there too. The repository is shared writable at
-# the same path: what the guest writes into it is still here after the VM
-# is gone.
+# stands in for a machine whose kernel has rdma_rxe; its header says what a
+# VM sees of this machine) and vm-pair.sh (two VMs on one virtual cable).
 #
 # Which kernel: VM_KERNEL=VERSION if set (a kernel in /boot, or one that
 # scripts/vm-kernel.sh fetched into the cache), else the kernels in /boot,
@@ -126,21 +122,20 @@ find_kernel() {
 # package of this system that brings one (scripts/deps.sh vm-kernel:
 # installed as root, named otherwise).  Sets vm_ver and vm_root, or dies.
 kernel_for_vms() {
-	local why='each one'"'"'s reason is above'
+	local none="no kernel in /boot can boot the Soft-RoCE VM"
+	local why="each one's reason is above"
 	[ -n "$(boot_kernels)" ] || why="/boot has none"
 	if command -v apt-get >/dev/null && command -v dpkg >/dev/null &&
 		[ -r "$DEBIAN_KEYRING" ]; then
-		say "no kernel in /boot can boot the Soft-RoCE VM ($why):" \
-			"fetching Debian's into $KERNEL_CACHE, for the VMs alone" \
-			"(scripts/vm-kernel.sh; nothing is installed)"
+		say "$none ($why): fetching Debian's into $KERNEL_CACHE, for the" \
+			"VMs alone (scripts/vm-kernel.sh; nothing is installed)"
 		VM_KERNEL=$("$repo/scripts/vm-kernel.sh") ||
 			die "cannot fetch a kernel for the VMs (scripts/vm-kernel.sh, above)"
 	else
 		"$repo/scripts/deps.sh" vm-kernel ||
-			die "no kernel in /boot can boot the Soft-RoCE VM ($why)," \
-				"and none could be installed (above)"
+			die "$none ($why), and none could be installed (above)"
 	fi
-	find_kernel || die "no kernel in /boot can boot the Soft-RoCE VM: each one's reason is above"
+	find_kernel || die "$none: each one's reason is above"
 }
 
 # Everything a VM needs, with what brings each; a kernel among them.
@@ -186,8 +181,7 @@ build_initramfs() {
 	# after this rm (it was stopped too, a moment later) finds no folder.
 	# shellcheck disable=SC2064 # the path, now
 	trap "rm -rf '$tmp'" EXIT
-	mkdir -p "$stage/bin" "$stage/dev" "$stage/proc" "$stage/sys" \
-		"$stage/lib/modules" || die "cannot fill $stage"
+	mkdir -p "$stage"/{bin,dev,proc,sys,lib/modules} || die "cannot fill $stage"
 	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
 	cp "$INIT" "$stage/init" || die "cannot write $stage/init"
 	chmod +x "$stage/init"
