@@ -183,9 +183,8 @@ build_initramfs() {
 	trap "rm -rf '$tmp'" EXIT
 	mkdir -p "$stage"/{bin,dev,proc,sys,lib/modules} || die "cannot fill $stage"
 	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
-	cp "$INIT" "$stage/init" || die "cannot write $stage/init"
-	chmod +x "$stage/init"
-	touch "$stage/modules"
+	install -m 0755 "$INIT" "$stage/init" || die "cannot write $stage/init"
+	touch "$stage/modules" || die "cannot write $stage/modules"
 	for path in $files; do
 		name=${path##*/}
 		name=${name%%.ko*}
@@ -197,7 +196,7 @@ build_initramfs() {
 		*.ko.gz) gzip -dc "$path" >"$stage/lib/modules/$name.ko" ;;
 		*) false ;;
 		esac || die "kernel $ver: cannot unpack module $path"
-		echo "$name" >>"$stage/modules"
+		echo "$name" >>"$stage/modules" || die "cannot write $stage/modules"
 	done
 
 	(set -o pipefail && cd "$stage" &&
