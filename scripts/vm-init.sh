@@ -22,13 +22,8 @@ shutdown() {
 	sync
 	poweroff -f
 }
-fail() {
-	echo "vm-run (guest): $*" >&2
-	shutdown
-}
-on_host() {
-	chroot "$H" "$@" || fail "'$*' failed (exit $?)"
-}
+fail() { echo "vm-run (guest): $*" >&2; shutdown; }
+on_host() { chroot "$H" "$@" || fail "'$*' failed (exit $?)"; }
 
 # A probe boot (is KVM usable?) only says that it got this far.
 if [ -n "${vm_probe:-}" ]; then

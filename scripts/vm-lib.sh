@@ -222,7 +222,7 @@ qemu_cmd() {
 # machines /dev/kvm is there but a guest hangs under it.  So a probe guest
 # decides, once per boot of this machine (build/vm/accel-*).
 choose_accel() {
-	local boot_id cache out
+	local cache out
 	if [ -n "${VM_ACCEL:-}" ]; then
 		[[ $VM_ACCEL =~ ^(kvm|tcg)$ ]] || die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'"
 		vm_accel=$VM_ACCEL
@@ -234,8 +234,7 @@ choose_accel() {
 		say "accelerator: TCG, software emulation (no usable /dev/kvm)"
 		return
 	fi
-	boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
-	cache=$vmdir/accel-$boot_id
+	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
 	if [ ! -s "$cache" ]; then
 		qemu_cmd kvm "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
 			"console=ttyS1 quiet loglevel=1 panic=-1 vm_probe=1" 256 1
@@ -278,9 +277,8 @@ vm_prepare() {
 	mkdir -p "$vmdir"
 	vm_initramfs=$(build_initramfs "$vm_ver" "$vm_root")
 	choose_accel
-	from=$vm_root
-	[ "$from" != / ] || from=/boot
-	say "kernel $vm_ver, from $from"
+	from=${vm_root%/}
+	say "kernel $vm_ver, from ${from:-/boot}"
 }
 
 # The script the guest runs: cd to the caller's directory, set the passed
@@ -330,8 +328,7 @@ boot_vm() {
 # runs (and the PID in JOB/qemu.pid is still a qemu).
 stop_qemu() {
 	local pid comm
-	[ -s "$1/qemu.pid" ] || return 0
-	read -r pid <"$1/qemu.pid" || return 0
+	read -r pid 2>/dev/null <"$1/qemu.pid" || return 0
 	read -r comm 2>/dev/null <"/proc/$pid/comm" || return 0
 	[[ $comm != qemu* ]] || kill "$pid" 2>/dev/null || true
 }
