@@ -207,15 +207,16 @@ build_initramfs() {
 	echo "$image"
 }
 
-# qemu_cmd ACCEL KERNEL_IMAGE INITRAMFS APPEND MEGABYTES CPUS: sets the
-# array qemu to the command line every boot shares, for the caller to add
-# devices to.  Not -nographic: with it, the BIOS draws its screen on the
-# first serial port, the guest job's stdout.  -nic none: no network but what
-# the caller plugs in.
+# qemu_cmd ACCEL APPEND MEGABYTES CPUS: sets the array qemu to the command
+# line every boot of vm_ver shares, for the caller to add devices to.  Only
+# panics reach the console (loglevel=1); panic=-1 reboots at once, and
+# -no-reboot turns that into qemu exiting.  Not -nographic: with it, the
+# BIOS draws its screen on the first serial port, the guest job's stdout.
+# -nic none: no network but what the caller plugs in.
 qemu_cmd() {
-	qemu=(qemu-system-x86_64 -accel "$1" -kernel "$2" -initrd "$3"
-		-append "$4" -m "$5" -smp "$6"
-		-display none -no-reboot -nic none -monitor none)
+	qemu=(qemu-system-x86_64 -accel "$1" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
+		-initrd "$vm_initramfs" -append "console=ttyS1 quiet loglevel=1 panic=-1 $2"
+		-m "$3" -smp "$4" -display none -no-reboot -nic none -monitor none)
 }
 
 # KVM runs a guest many times faster than TCG, where it works; on some
@@ -236,8 +237,7 @@ choose_accel() {
 	fi
 	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
 	if [ ! -s "$cache" ]; then
-		qemu_cmd kvm "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
-			"console=ttyS1 quiet loglevel=1 panic=-1 vm_probe=1" 256 1
+		qemu_cmd kvm vm_probe=1 256 1
 		# --foreground: in this shell's process group, where a Ctrl-C
 		# reaches it (timeout(1) otherwise moves to a group of its own).
 		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
@@ -307,15 +307,11 @@ write_job() {
 boot_vm() {
 	local job=$1 mem=$2 cpus=$3 edit="s/\r//g; s/^/$4/"
 	local share=security_model=none,multidevs=remap
-	# Only panics reach the console (loglevel=1); panic=-1 reboots at once,
-	# and -no-reboot turns that into qemu exiting.
-	local append="console=ttyS1 quiet loglevel=1 panic=-1"
-	append+=" vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
+	local append="vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
 	[ "$vm_root" = / ] || append+=" vm_modules=${vm_root}lib/modules/$vm_ver"
 	shift 4
 
-	qemu_cmd "$vm_accel" "${vm_root}boot/vmlinuz-$vm_ver" "$vm_initramfs" \
-		"$append" "$mem" "$cpus"
+	qemu_cmd "$vm_accel" "$append" "$mem" "$cpus"
 	{ timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" \
 		-serial file:/dev/stdout -serial file:/dev/stderr \
 		-virtfs "local,path=/,mount_tag=hostroot,readonly=on,$share" \
