@@ -78,12 +78,12 @@ run_vm() {
 # qemu has one (7.2 and later; "auto" takes it there), or the older
 # "socket" netdev over TCP on 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).
 # VM_CABLE names one kind per cable.  Sets server_nets and client_nets
-# (each VM's -netdev, one per cable) and cable_ups (one shell command per
-# cable, true once the server VM's qemu listens on it).
+# (each VM's -netdev, one per cable) and cables_up (a shell command, true
+# once the server VM's qemu listens on every cable).
 cable_plan() {
 	local kinds kind n=0 port ports=' '
 	read -ra kinds <<<"${VM_CABLE:-auto}"
-	server_nets=() client_nets=() cable_ups=()
+	server_nets=() client_nets=() cables_up=true
 	for kind in "${kinds[@]}"; do
 		if [ "$kind" = auto ]; then
 			kind=socket
@@ -96,7 +96,7 @@ cable_plan() {
 			# the repository.
 			server_nets+=("stream,id=cable$n,server=on,addr.type=unix,addr.path=$cable/sock$n")
 			client_nets+=("stream,id=cable$n,server=off,addr.type=unix,addr.path=$cable/sock$n")
-			cable_ups+=("test -S $cable/sock$n")
+			cables_up+=" && test -S '$cable/sock$n'"
 			;;
 		socket)
 			# A port nobody listens on, nor another cable of
@@ -109,7 +109,7 @@ cable_plan() {
 			ports+="$port "
 			server_nets+=("socket,id=cable$n,listen=127.0.0.1:$port")
 			client_nets+=("socket,id=cable$n,connect=127.0.0.1:$port")
-			cable_ups+=("[ -n \"\$(ss -Htln 'sport = :$port')\" ]")
+			cables_up+=" && [ -n \"\$(ss -Htln 'sport = :$port')\" ]"
 			;;
 		*) die "VM_CABLE: a cable is stream, socket or auto, not '$kind'" ;;
 		esac
@@ -122,12 +122,9 @@ cable_plan() {
 # wait_for_cables PID: true once the server VM's qemu listens on every
 # cable; false if that qemu (background job PID) ended first, or after 30 s.
 wait_for_cables() {
-	local end=$((SECONDS + 30)) up
+	local end=$((SECONDS + 30))
 	while ((SECONDS < end)); do
-		for up in "${cable_ups[@]}" ''; do
-			[ -n "$up" ] || return 0
-			sh -c "$up" || break
-		done
+		sh -c "$cables_up" && return 0
 		kill -0 "$1" 2>/dev/null || return 1
 		sleep 0.1
 	done
