@@ -154,11 +154,9 @@ check_prereqs() {
 	# host's /lib/modules, which the guest cannot make (the host's root is
 	# read-only to it). A machine with no kernel installed (a container)
 	# has none: make it.
-	if [ "$vm_root" != / ] && [ ! -d /lib/modules ]; then
-		mkdir /lib/modules 2>/dev/null ||
-			die "this machine has no /lib/modules, which the VM's" \
-				"kernel needs to show its modules: sudo mkdir /lib/modules"
-	fi
+	[ "$vm_root" = / ] || [ -d /lib/modules ] || mkdir /lib/modules 2>/dev/null ||
+		die "this machine has no /lib/modules, which the VM's kernel" \
+			"needs to show its modules: sudo mkdir /lib/modules"
 }
 
 # Builds the initramfs once per kernel and init script, in build/vm/, and

@@ -107,7 +107,7 @@ test_vm_interrupt() {
 # KVM_PROBE_SECONDS where a guest hangs under KVM): the probe must stop at
 # once too.  With no answer kept for this boot, the probe runs again.
 test_probe_interrupt() {
-	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe cache run probe='' why=''
+	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe cache run probe=() why=''
 	if [ ! -w /dev/kvm ] || [ -n "${VM_ACCEL:-}" ]; then
 		skip "$name" "no usable /dev/kvm here, or VM_ACCEL set: no probe runs"
 		return
@@ -117,17 +117,15 @@ test_probe_interrupt() {
 	as_job env --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1
 	run=$!
 	wait_until "$run" 60 below "$run" ' vm_probe=1' >"$out/probe.ps" || true
-	probe=$(awk '{ print $1 }' "$out/probe.ps")
+	mapfile -t probe < <(awk '{ print $1 }' "$out/probe.ps")
 	sleep 2 # into the probe guest's boot, its qemu's handlers in place
-	if [ -z "$probe" ]; then
+	if [ "${#probe[@]}" -eq 0 ]; then
 		why="no probe ran"
 	elif ! signal_job "$run" group INT 5; then
 		why="vm-run.sh still ran 5 s after SIGINT"
 	fi
-	# shellcheck disable=SC2086 # PIDs, one word each
-	[ -n "$why" ] || [ -z "$(alive $probe)" ] || why="the probe's qemu still runs"
-	# shellcheck disable=SC2086
-	kill -KILL $probe 2>/dev/null || true
+	[ -n "$why" ] || [ -z "$(alive "${probe[@]}")" ] || why="the probe's qemu still runs"
+	kill -KILL "${probe[@]}" 2>/dev/null || true
 	[ ! -e "$cache.kept" ] || mv "$cache.kept" "$cache"
 	pass_unless "$name" "${why:+$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')}"
 }
