@@ -588,7 +588,7 @@ no_rxe_in_boot() {
 		why="it installed a package: $(head -n 1 "$work/installs")"
 	elif [ "$status" != 0 ]; then
 		why="vm-run.sh exited $status: $(grep -m 1 -E 'Kernel panic|BUG:|Oops' "$work/no-rxe.err" || true) $(tail -n 2 "$work/no-rxe.err" | paste -sd' ')"
-	elif [ -z "$booted" ] || [ "$got" != "$booted" ] || [ "$from" = / ]; then
+	elif [ -z "$booted" ] || [ "$got" != "$booted" ] || [ "$from" = /boot ]; then
 		why="the VM ran kernel '$got', and vm-run.sh named '$booted' from '$from', not a fetched kernel"
 	elif [ "$booted" != "$ver" ] && [ -n "$ver" ] &&
 		! grep -qF "kernel $ver cannot boot the VM: no rdma_rxe module" "$work/no-rxe.err"; then
