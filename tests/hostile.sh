@@ -249,15 +249,11 @@ test_device_limits() {
 # reads, its output in $work/server.out; waits until the server listens
 # (false if it does not: both then ended).
 server_into_fifo() {
-	local program=$1 reader=$2 err
+	local program=$1 reader=$2 err=$work/server.err
 	shift 2
+	[ "${1:-}" != --stderr-too ] || { err=$work/fifo; shift; }
 	rm -f "$work"/*.out "$work"/*.err "$work/fifo"
 	mkfifo "$work/fifo"
-	err=$work/server.err
-	if [ "${1:-}" = --stderr-too ]; then
-		err=$work/fifo
-		shift
-	fi
 	bash -c "$reader" <"$work/fifo" >"$work/server.out" 2>/dev/null &
 	reader_pid=$!
 	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$err" &

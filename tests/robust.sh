@@ -140,10 +140,7 @@ peer_steps() {
 peer_bg() {
 	local name=$1 port=$2 opts=()
 	shift 2
-	if [ "${1:-}" = --no-rtu ]; then
-		opts=(--no-rtu)
-		shift
-	fi
+	[ "${1:-}" != --no-rtu ] || { opts=(--no-rtu); shift; }
 	timeout 120 "$peer" "${opts[@]}" "$RDMA_ADDR" "$port" "$@" \
 		>"$work/$name.out" 2>"$work/$name.err" &
 	peer_pid=$!
