@@ -516,10 +516,8 @@ slowest_doorbell() {
 test_rnr_counters() {
 	local i deltas=''
 	for i in "${counters[@]}"; do
-		if [ -z "${before[$i]}" ] || [ -z "${after[$i]}" ]; then
-			skip "$1" "$RDMA_DEV has no port counter $i (not rxe?), so RNR cannot be shown"
-			return
-		fi
+		[[ -n ${before[$i]} && -n ${after[$i]} ]] ||
+			{ skip "$1" "$RDMA_DEV has no port counter $i (not rxe?), so RNR cannot be shown"; return; }
 		deltas+=" $i=+$((after[$i] - before[$i]))"
 	done
 	if ((after[send_rnr_err] - before[send_rnr_err] == 0)); then
@@ -625,16 +623,12 @@ device_stats_why() {
 	local dev line
 	for dev in "$RDMA_DEV" "$RDMA_DEV2"; do
 		line=$(grep -m 1 "^stats device=$dev connections=" <<<"$1" || true)
-		if ! stats_whole "$line" || [[ $line != *" doorbells=2020 "* ]]; then
-			echo "no line 'stats device=$dev connections=0 ... doorbells=2020 ...' saying nothing is in use"
-			return 1
-		fi
+		{ stats_whole "$line" && [[ $line == *" doorbells=2020 "* ]]; } ||
+			{ echo "no line 'stats device=$dev connections=0 ... doorbells=2020 ...' saying nothing is in use"; return 1; }
 	done
 	line=$(tail -n 1 <<<"$1")
-	if [[ $line != "stats connections="* ]] || ! stats_whole "$line"; then
-		echo "the last line is not the totals, or they are not whole"
-		return 1
-	fi
+	{ [[ $line == "stats connections="* ]] && stats_whole "$line"; } ||
+		{ echo "the last line is not the totals, or they are not whole"; return 1; }
 }
 
 # expect_device_stats NAME: the server's answer to SIGUSR1 passes
