@@ -438,9 +438,7 @@ test_burst_at_the_limit() {
 		grep -qx 'blind sent=8' "$work/burst.out" ||
 			bad="peer $i of 12 was not let in: $(head -c 200 "$work/burst.err")"
 	done
-	if [ -z "$bad" ] && grep -q 'server-full' "$work/server.out"; then
-		bad="a peer was refused as server-full"
-	fi
+	[ -n "$bad" ] || ! grep -q 'server-full' "$work/server.out" || bad="a peer was refused as server-full"
 	pass_unless "$t/all_get_in" "$bad"
 	end_jobs "${holders[@]}"
 	expect_stats "$t/nothing_lost"
@@ -551,9 +549,8 @@ test_stuck_replies() {
 		grep -qx 'blind sent=8' "$work/stuck.out" ||
 			{ bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300 || true)"; break; }
 	done
-	if [ -z "$bad" ] && grep -Eq 'no reply buffer|sent more than' "$work/server.err"; then
+	[ -n "$bad" ] || ! grep -Eq 'no reply buffer|sent more than' "$work/server.err" ||
 		bad="the server ran out: $(grep -m 1 -E 'no reply buffer|sent more than' "$work/server.err")"
-	fi
 	pass_unless "$t/nine_peers" "$bad"
 	expect_stats "$t/nothing_lost"
 	test_one_client "$t" "$server_port"
