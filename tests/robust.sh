@@ -543,9 +543,10 @@ test_stuck_replies() {
 		stats_idle >/dev/null # the one connection it may have must be gone
 		steps=(blind:8)
 		((i % 2)) || steps+=(kill)
-		# (In a subshell: bash's "Killed" notice goes to /dev/null.)
-		(timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" "${steps[@]}" \
-			>"$work/stuck.out" 2>"$work/stuck.err") 2>/dev/null || true
+		# (In braces: bash's "Killed" notice goes to /dev/null. A
+		# subshell's would not: bash reports the subshell itself.)
+		{ timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" "${steps[@]}" \
+			>"$work/stuck.out" 2>"$work/stuck.err"; } 2>/dev/null || true
 		grep -qx 'blind sent=8' "$work/stuck.out" ||
 			{ bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300 || true)"; break; }
 	done
