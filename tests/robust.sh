@@ -6,9 +6,8 @@
 # expect_error NAME SECONDS REGEX CMD...: CMD must exit non-zero within
 # SECONDS, with a message on stderr matching REGEX (grep -E).
 expect_error() {
-	local t=$1 secs=$2 regex=$3 status=0 start
+	local t=$1 secs=$2 regex=$3 status=0 start=$SECONDS
 	shift 3
-	start=$SECONDS
 	timeout "$((secs + 5))" "$@" >"$work/cmd.out" 2>"$work/cmd.err" || status=$?
 	if [ "$status" = 0 ]; then
 		fail "$t" "exited 0"
