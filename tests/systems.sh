@@ -517,11 +517,12 @@ test_vm_kernel_failed_fetch() {
 }
 
 # Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
-# whose update takes 2 s and notes if another runs) never runs in both.
+# whose update takes 2 s and notes, by mkdir, if another runs) never runs
+# in both.
 test_vm_kernel_two_at_once() {
 	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
 	# shellcheck disable=SC2016 # expanded by the stand-in
-	stand_in "$bin/apt-get" '#!/bin/sh\nb=%q\n[ ! -e "$b/busy" ] || echo overlap >>"$b/overlaps"\ntouch "$b/busy"; sleep 2; rm -f "$b/busy"\n' "$bin"
+	stand_in "$bin/apt-get" '#!/bin/sh\nb=%q\nmkdir "$b/busy" 2>/dev/null || echo overlap >>"$b/overlaps"\nsleep 2; rmdir "$b/busy"\n' "$bin"
 	cp "$work/fake-apt/apt-cache" "$bin/"
 	for i in 1 2; do
 		KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/two$i.err" &
