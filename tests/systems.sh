@@ -333,6 +333,7 @@ test_vm_stopped_while_packing() {
 	run=$!
 	if ! wait_until "$run" 60 test -e "$bin/packing"; then
 		why="it never packed: $(tail -n 2 "$work/packing.err" | paste -sd' ')"
+		signal_job "$run" group TERM 10 || true # still running after 60 s
 	elif ! signal_job "$run" group TERM 10; then
 		why="a process of vm-run.sh's group still ran 10 s after SIGTERM"
 	elif left=$(find "$top/build/vm" -maxdepth 1 -name 'initramfs.*' -newer "$bin/cpio") && [ -n "$left" ]; then
