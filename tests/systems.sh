@@ -158,14 +158,14 @@ test_not_root() {
 	pass_unless "$t" "$why"
 }
 
-# doctor_fix NAME WANT ENV... : make doctor on a machine without rdma_rxe,
-# as that system (OS_RELEASE, container in ENV), into $work/NAME.out; the
-# fix line after "FAIL kernel module rdma_rxe: ..." there must be WANT.
-# Where this kernel has rdma_rxe it is hidden, in a mount namespace of its
-# own (root only): its modules, loaded and on disk.
+# doctor_fix NAME SYSTEM WANT [ENV...]: make doctor on a machine without
+# rdma_rxe, as SYSTEM (tests/os-release/), in no container unless ENV says,
+# into $work/NAME.out: the fix after "FAIL kernel module rdma_rxe: ..." must
+# be WANT.  Where this kernel has rdma_rxe it is hidden, in a mount
+# namespace of its own (root only): its modules, loaded and on disk.
 doctor_fix() {
-	local name=$1 want=$2 hide=() got check='kernel module rdma_rxe'
-	shift 2
+	local name=$1 system=$2 want=$3 hide=() got check='kernel module rdma_rxe'
+	shift 3
 	if [ "$(rxe_module)" != none ]; then
 		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 0
 		# This kernel's version, from here: ENV may stand uname in.
@@ -173,29 +173,27 @@ doctor_fix() {
 		hide=(unshare --mount sh -c 'mount -t tmpfs none /sys/module &&
 			mount -t tmpfs none "/lib/modules/$1" && shift && exec "$@"' sh "$(uname -r)")
 	fi
-	env "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
+	env container= OS_RELEASE="$fixtures/$system" "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
 	got=$(grep -A1 "^FAIL $check: " "$work/$name.out" | sed -n 's/^     fix: //p') || true
 	got=${got%%$'\n'*}
 	pass_if "doctor/$name" "fix for '$check' is [$got], want [$want]" [ "$got" = "$want" ]
 }
 
 test_doctor_fixes() {
-	doctor_fix ubuntu "sudo $APT linux-modules-extra-$KVER (rdma_rxe is packaged apart from the kernel here)" \
-		container= OS_RELEASE="$fixtures/ubuntu-24.04"
-	doctor_fix fedora "sudo dnf install -y kernel-modules-$KVER (rdma_rxe is packaged apart from the kernel here)" \
-		container= OS_RELEASE="$fixtures/fedora-42"
-	doctor_fix debian "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there" \
-		container= OS_RELEASE="$fixtures/debian-12"
+	local apart='(rdma_rxe is packaged apart from the kernel here)'
+	doctor_fix ubuntu ubuntu-24.04 "sudo $APT linux-modules-extra-$KVER $apart"
+	doctor_fix fedora fedora-42 "sudo dnf install -y kernel-modules-$KVER $apart"
+	doctor_fix debian debian-12 "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
 	# Debian's cloud kernel is built without rdma_rxe (its
 	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
 	# kernel has it: uname -r is stood in for.
 	# shellcheck disable=SC2016 # expanded by that sh
 	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
 		"$(command -v uname)"
-	doctor_fix debian_cloud "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo apt-get install -y --no-install-recommends linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
-		container= OS_RELEASE="$fixtures/debian-12" PATH="$work/cloud:$PATH"
-	doctor_fix container "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM" \
-		container=podman OS_RELEASE="$fixtures/ubuntu-24.04"
+	doctor_fix debian_cloud debian-12 "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo $APT linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
+		PATH="$work/cloud:$PATH"
+	doctor_fix container ubuntu-24.04 "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM" \
+		container=podman
 }
 
 # A container's locked-memory limit is set where it starts, not in
