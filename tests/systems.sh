@@ -58,8 +58,7 @@ RH_BUILD_RUN="gcc glibc-devel make pkgconf-pkg-config rdma-core-devel libibverbs
 expect_deps() {
 	local name=$1 purposes=$2 want=$3 want_status=${4:-0} got status=0 why=''
 	# shellcheck disable=SC2086 # purposes are words
-	got=$(OS_RELEASE=$fixtures/$name "$deps" --dry-run $purposes 2>&1 | tr '\n' '|') || status=$?
-	got=${got%|}
+	got=$(OS_RELEASE=$fixtures/$name "$deps" --dry-run $purposes 2>&1 | paste -sd'|') || status=$?
 	if [ "$status" != "$want_status" ]; then
 		why="exited $status, not $want_status: $got"
 	elif [ "$got" != "$want" ]; then
@@ -280,10 +279,8 @@ EOF
 # line that the archive cannot be reached, and what to do.
 test_no_network() {
 	local out=$work/nonet.out status=0 why=''
-	if [ "$(id -u)" != 0 ] || [ ! -d /var/lib/dpkg ] || ! command -v apt-get >/dev/null; then
-		skip "no_network" "needs root and apt, to run apt-get with no network"
-		return
-	fi
+	[[ $(id -u) = 0 && -d /var/lib/dpkg && -n $(type -P apt-get) ]] ||
+		{ skip no_network "needs root and apt, to run apt-get with no network"; return; }
 	# shellcheck disable=SC2016 # expanded by sh
 	PKG_CONFIG_LIBDIR=/nonexistent unshare --mount --net sh -c '
 		mount -t tmpfs none /var/lib/apt/lists && mkdir /var/lib/apt/lists/partial &&
