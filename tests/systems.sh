@@ -138,8 +138,7 @@ test_root_build() {
 # As an ordinary user, deps.sh installs nothing: it prints one command to
 # paste, with sudo, and fails.
 test_not_root() {
-	local t=deps/not_root status=0 out=$work/user.out as_user=()
-	local open=$fixtures deps=$deps why=''
+	local t=deps/not_root status=0 out=$work/user.out as_user=() open=$fixtures deps=$deps why=''
 	if [ "$(id -u)" = 0 ]; then
 		as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 		open_copy
@@ -212,8 +211,7 @@ test_doctor_container_memlock() {
 # A development package missing (pkg-config finds neither library in an
 # empty directory): make names it rather than failing to link.
 test_make_names_the_package() {
-	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc
-	local want why=''
+	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc want why=''
 	want=$(read_os_release; echo "$(packages_of libibverbs) $(packages_of librdmacm)" |
 		tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')
 	mkdir -p "$empty"
@@ -246,8 +244,7 @@ test_space_in_path() {
 # of the checkout, built as this one is, with a stand-in tests/run.sh.
 # (Neither make takes this make's variables, which it passes down.)
 test_other_flags_wait() {
-	local t=make/other_flags_wait d=$work/flags-co first status=0 why=''
-	local ours=() other=(SANITIZE=1)
+	local t=make/other_flags_wait d=$work/flags-co first status=0 why='' ours=() other=(SANITIZE=1)
 	[ -z "${SANITIZE:-}" ] || { ours=(SANITIZE=1) other=(); }
 	mkdir -p "$d/build"
 	tar -C "$top" --exclude=./.git --exclude=./build -cf - . | tar -C "$d" -xf -
@@ -470,13 +467,10 @@ packaging_meaning() (
 # of the table, for each system the table names.
 test_packaging() {
 	local sys packaging out t why
-	# RHEL's rebuilds ship what RHEL does, under the same names.
 	for sys in ubuntu-22.04 ubuntu-24.04 fedora-42 rhel-9.6 rocky-9.3 almalinux-9.6; do
-		t=packages/$sys/bring_what_they_say why=''
-		case $sys in
-		rhel-9* | rocky-9* | almalinux-9*) packaging=$top/tests/packaging/rhel-9 ;;
-		*) packaging=$top/tests/packaging/$sys ;;
-		esac
+		t=packages/$sys/bring_what_they_say why='' packaging=$top/tests/packaging/$sys
+		# RHEL's rebuilds ship what RHEL does, under the same names.
+		case $sys in rhel-9* | rocky-9* | almalinux-9*) packaging=$top/tests/packaging/rhel-9 ;; esac
 		out=$(packaging_meaning "$top/scripts/packages.txt" "$sys" "$packaging")
 		if [ ! -r "$packaging" ]; then
 			why="no $packaging to hold the table to"
@@ -495,12 +489,10 @@ test_packaging() {
 # unpack, from a stand-in apt-get and apt-cache, so nothing is downloaded)
 # says what failed, exits non-zero and leaves no staging folder behind.
 test_vm_kernel_failed_fetch() {
-	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt
-	local cache=$work/kernels status=0 left why=''
+	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt cache=$work/kernels status=0 left why=''
 	stand_in "$bin/apt-cache" '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n'
 	stand_in "$bin/apt-get" '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n'
-	KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" \
-		>"$work/vm-kernel.out" 2>"$work/vm-kernel.err" || status=$?
+	KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/vm-kernel.err" || status=$?
 	left=$(find "$cache" -mindepth 1 -maxdepth 1 -name 'fetch.*' 2>/dev/null) || true
 	if [ "$status" = 0 ]; then
 		why="it exited 0 with a package that does not unpack"
