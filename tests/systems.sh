@@ -70,9 +70,7 @@ expect_deps() {
 test_deps() {
 	local d12="Debian GNU/Linux 12 (bookworm)" d13="Debian GNU/Linux 13 (trixie)"
 	local u22="Ubuntu 22.04.5 LTS" u24="Ubuntu 24.04.3 LTS"
-	local f="Fedora Linux 42 (Forty Two)" r="Red Hat Enterprise Linux 9.6 (Plow)"
-	local rocky="Rocky Linux 9.3 (Blue Onyx)" alma="AlmaLinux 9.6 (Sage Margay)"
-	local note
+	local f="Fedora Linux 42 (Forty Two)" r="Red Hat Enterprise Linux 9.6 (Plow)" note
 	note=$(sed -n 's/^note .*# //p' "$top/scripts/packages.txt")
 
 	expect_deps debian-12 "build run" "deps: $d12, build run: $APT $DEBIAN_BUILD_RUN"
@@ -98,8 +96,8 @@ test_deps() {
 	expect_deps rhel-9.6 "build run" "deps: $note|deps: $r, build run: dnf install -y $RH_BUILD_RUN"
 	expect_deps rhel-9.6 "rxe" "deps: $note|deps: $r, rxe: dnf install -y kernel-modules-$KVER"
 	expect_deps rhel-9.6 "vm" "deps: $r has no package for qemu for x86-64, with TCG and 9p (vm)|deps: $note|deps: $r, vm: dnf install -y busybox cpio xz zstd" 1
-	expect_deps rocky-9.3 "build run" "deps: $note|deps: $rocky, build run: dnf install -y $RH_BUILD_RUN"
-	expect_deps almalinux-9.6 "build run" "deps: $note|deps: $alma, build run: dnf install -y $RH_BUILD_RUN"
+	expect_deps rocky-9.3 "build run" "deps: $note|deps: Rocky Linux 9.3 (Blue Onyx), build run: dnf install -y $RH_BUILD_RUN"
+	expect_deps almalinux-9.6 "build run" "deps: $note|deps: AlmaLinux 9.6 (Sage Margay), build run: dnf install -y $RH_BUILD_RUN"
 }
 
 test_unknown_system() {
@@ -245,6 +243,7 @@ test_space_in_path() {
 # (Neither make takes this make's variables, which it passes down.)
 test_other_flags_wait() {
 	local t=make/other_flags_wait d=$work/flags-co first status=0 why='' ours=() other=(SANITIZE=1)
+	local plain=(env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE)
 	[ -z "${SANITIZE:-}" ] || { ours=(SANITIZE=1) other=(); }
 	mkdir -p "$d/build"
 	tar -C "$top" --exclude=./.git --exclude=./build -cf - . | tar -C "$d" -xf -
@@ -256,11 +255,10 @@ touch started
 sleep 8
 [ "$(cat build/flags rdma_pool_client | md5sum)" = "$before" ] || { echo "relinked under it"; exit 1; }
 EOF
-	env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE make -C "$d" test "${ours[@]}" >"$d/first.out" 2>&1 &
+	"${plain[@]}" make -C "$d" test "${ours[@]}" >"$d/first.out" 2>&1 &
 	first=$!
 	wait_until "$first" 120 test -e "$d/started" || why="the first make test did not start: $(tail -n 3 "$d/first.out" | paste -sd'|'); "
-	[ -n "$why" ] || env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE \
-		timeout 300 make -C "$d" test "${other[@]}" >"$d/second.out" 2>&1 || status=$?
+	[ -n "$why" ] || "${plain[@]}" timeout 300 make -C "$d" test "${other[@]}" >"$d/second.out" 2>&1 || status=$?
 	wait "$first" || why+="the first make test failed: $(tail -n 2 "$d/first.out" | paste -sd'|'); "
 	if [ -z "$why" ] && [ "$status" != 0 ]; then
 		why="the second exited $status: $(tail -n 2 "$d/second.out" | paste -sd'|')"
