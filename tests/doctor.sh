@@ -5,9 +5,8 @@
 
 doctor=$top/scripts/doctor.sh
 # The checks, in the order doctor.sh runs them.
-DOCTOR_CHECKS=('kernel module rdma_rxe' 'RDMA device' 'link state'
-	'ibv_devinfo' 'IPv4 address' 'rdma_cm device node'
-	'uverbs device node' 'memlock' 'rping')
+DOCTOR_CHECKS=('kernel module rdma_rxe' 'RDMA device' 'link state' 'ibv_devinfo'
+	'IPv4 address' 'rdma_cm device node' 'uverbs device node' 'memlock' 'rping')
 doctor_need_kib='' # what the doctor says the server pins, once it has said
 
 # doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output

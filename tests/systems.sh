@@ -113,8 +113,7 @@ test_unknown_system() {
 	pass_unless "$t" "$why"
 }
 
-# build/ left by a make as root: a user's make names it and whose it is,
-# at once.
+# build/ made by root's make: a user's make names it and its owner, at once.
 test_root_build() {
 	local t=make/root_owned_build dir status=0 out=$work/root-build.out why=''
 	needs_root "$t" "make a build/ that is not the user's" || return 0
@@ -503,8 +502,7 @@ test_vm_kernel_failed_fetch() {
 }
 
 # Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
-# whose update takes 2 s and notes, by mkdir, if another runs) never runs
-# in both.
+# that takes 2 s and notes, by mkdir, if another runs) never runs in both.
 test_vm_kernel_two_at_once() {
 	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
 	# shellcheck disable=SC2016 # expanded by the stand-in
