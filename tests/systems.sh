@@ -22,8 +22,9 @@ open_top=''
 trap 'rm -rf "$work" "$open_top"' EXIT
 
 # open_copy: sets open_top to a copy of the scripts and the os-release
-# files that any user can read: the tests that run as nobody run them from
-# there (a clone under /root, mode 700, is closed to other users).
+# files that any user can read: the tests that run as nobody (NOBODY CMD)
+# run them from there (a clone under /root, mode 700, is closed to others).
+NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 open_copy() {
 	[ -z "$open_top" ] || return 0
 	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
@@ -122,8 +123,7 @@ test_root_build() {
 	mkdir -p "$dir/build"
 	cp "$top/Makefile" "$dir/"
 	chown nobody "$dir"
-	setpriv --reuid=nobody --regid=nogroup --clear-groups \
-		make -C "$dir" build/flags >"$out" 2>&1 || status=$?
+	"${NOBODY[@]}" make -C "$dir" build/flags >"$out" 2>&1 || status=$?
 	if [ "$status" = 0 ]; then
 		why="make build/flags as nobody went on: $(head -c 300 "$out")"
 	elif ! grep -qF "build/ is root's, not yours to write" "$out"; then
@@ -137,7 +137,7 @@ test_root_build() {
 test_not_root() {
 	local t=deps/not_root status=0 out=$work/user.out as_user=() open=$fixtures deps=$deps why=''
 	if [ "$(id -u)" = 0 ]; then
-		as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+		as_user=("${NOBODY[@]}")
 		open_copy
 		open=$open_top/os-release deps=$open_top/scripts/deps.sh
 	fi
@@ -197,8 +197,7 @@ test_doctor_container_memlock() {
 	local t=doctor/container_memlock line
 	needs_root "$t" "run as another user with a low ulimit -l (prlimit, setpriv)" || return 0
 	open_copy
-	container=docker prlimit --memlock=$((1024 * 1024)) \
-		setpriv --reuid=nobody --regid=nogroup --clear-groups \
+	container=docker prlimit --memlock=$((1024 * 1024)) "${NOBODY[@]}" \
 		"$open_top/scripts/doctor.sh" >"$work/memlock.out" 2>&1 || true
 	line=$(grep -A1 '^FAIL memlock: ' "$work/memlock.out" | sed -n 's/^     fix: //p') || true
 	pass_if "$t" "fix for memlock is [$line]" \
