@@ -57,15 +57,11 @@ RH_BUILD_RUN="gcc glibc-devel make pkgconf-pkg-config rdma-core-devel libibverbs
 # it would do for PURPOSES on that system, its lines joined by "|", and its
 # exit status (0 unless given: 1 where no package can bring a need).
 expect_deps() {
-	local name=$1 purposes=$2 want=$3 want_status=${4:-0} got status=0 why=''
+	local name=$1 purposes=$2 want=$3 want_status=${4:-0} got status=0
 	# shellcheck disable=SC2086 # purposes are words
 	got=$(OS_RELEASE=$fixtures/$name "$deps" --dry-run $purposes 2>&1 | paste -sd'|') || status=$?
-	if [ "$status" != "$want_status" ]; then
-		why="exited $status, not $want_status: $got"
-	elif [ "$got" != "$want" ]; then
-		why="said [$got], want [$want]"
-	fi
-	pass_unless "deps/$name/${purposes// /+}" "$why"
+	pass_if "deps/$name/${purposes// /+}" "exited $status and said [$got], want $want_status and [$want]" \
+		[ "$status $got" = "$want_status $want" ]
 }
 
 test_deps() {
@@ -462,18 +458,14 @@ packaging_meaning() (
 # Every other system's choices, held to what its packaging says: each need
 # of the table, for each system the table names.
 test_packaging() {
-	local sys packaging out t why
+	local sys packaging out
 	for sys in ubuntu-22.04 ubuntu-24.04 fedora-42 rhel-9.6 rocky-9.3 almalinux-9.6; do
-		t=packages/$sys/bring_what_they_say why='' packaging=$top/tests/packaging/$sys
+		packaging=$top/tests/packaging/$sys
 		# RHEL's rebuilds ship what RHEL does, under the same names.
 		case $sys in rhel-9* | rocky-9* | almalinux-9*) packaging=$top/tests/packaging/rhel-9 ;; esac
 		out=$(packaging_meaning "$top/scripts/packages.txt" "$sys" "$packaging")
-		if [ ! -r "$packaging" ]; then
-			why="no $packaging to hold the table to"
-		elif [ -n "$out" ]; then
-			why="$(paste -sd';' <<<"$out")"
-		fi
-		pass_unless "$t" "$why"
+		[ -r "$packaging" ] || out="no $packaging to hold the table to"
+		pass_unless "packages/$sys/bring_what_they_say" "$(paste -sd';' <<<"$out")"
 	done
 	sed 's/fedora=librdmacm-utils/fedora=perftest/' "$top/scripts/packages.txt" >"$work/wrong-fedora.txt"
 	out=$(packaging_meaning "$work/wrong-fedora.txt" fedora-42 "$top/tests/packaging/fedora-42")
@@ -558,10 +550,8 @@ no_rxe_in_boot() {
 	unshare --mount sh -c 'ver=$1; shift
 		mkdir -p /lib/modules && mount -t tmpfs none /boot &&
 			mount -t tmpfs none /lib/modules || exit
-		if [ -n "$ver" ]; then
-			: >"/boot/vmlinuz-$ver" && mkdir "/lib/modules/$ver" &&
-			: >"/lib/modules/$ver/modules.dep" || exit
-		fi
+		[ -z "$ver" ] || { : >"/boot/vmlinuz-$ver" && mkdir "/lib/modules/$ver" &&
+			: >"/lib/modules/$ver/modules.dep"; } || exit
 		exec "$@"' sh "$ver" \
 		env PATH="$bin:$PATH" VM_KERNEL= "$top/scripts/vm-run.sh" uname -r \
 		>"$work/no-rxe.out" 2>"$work/no-rxe.err" || status=$?
