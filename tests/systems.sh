@@ -352,7 +352,7 @@ test_static_probe() {
 table_meaning() (
 	PACKAGES_TABLE=$1
 	read_os_release
-	local need probe f owner pkgs brought checked=0 p q
+	local need probe f r owner pkgs brought checked=0 p q
 	while read -r _ need probe _; do
 		case $probe in
 		cmd:*) f=$(command -v "${probe#cmd:}") || continue ;;
@@ -363,11 +363,9 @@ table_meaning() (
 		[[ -n $f && -e $f ]] || continue
 		# dpkg knows each file by the path its package ships, which
 		# may be a link's, and /bin/x rather than /usr/bin/x.
-		owner=''
-		for p in "$(readlink -f "$f")" "$f"; do
-			for q in "$p" "${p#/usr}"; do
-				owner=$(dpkg-query -S "$q" 2>/dev/null) && break 2
-			done
+		owner='' r=$(readlink -f "$f")
+		for q in "$r" "${r#/usr}" "$f" "${f#/usr}"; do
+			owner=$(dpkg-query -S "$q" 2>/dev/null) && break
 		done
 		owner=${owner%%:*}   # "PACKAGE: PATH", the first if several
 		pkgs=$(packages_of "$need")
@@ -436,7 +434,7 @@ probe_finds() {
 packaging_meaning() (
 	PACKAGES_TABLE=$1 OS_RELEASE=$fixtures/$2
 	read_os_release
-	local need probe pkgs p pkg path found bringers shipped
+	local need probe pkgs pkg path found bringers shipped
 	# shellcheck disable=SC2016 # $KVER is the packaging file's word
 	shipped=$(sed 's/#.*//; s/\$KVER/'"$KVER"'/g' "$3" 2>/dev/null | awk 'NF == 2')
 	while read -r _ need probe _; do
@@ -446,9 +444,7 @@ packaging_meaning() (
 		while read -r pkg path; do
 			probe_finds "$probe" "$path" || continue
 			bringers+=" $pkg"
-			for p in $pkgs; do
-				[ "$p" != "$pkg" ] || found=yes
-			done
+			[[ " $pkgs " != *" $pkg "* ]] || found=yes
 		done <<<"$shipped"
 		[ -n "$found" ] && continue
 		echo "$need: the table says ${pkgs:-nothing} for $2, and $3 says${bringers:- nothing about it}"
