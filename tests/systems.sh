@@ -179,8 +179,7 @@ test_doctor_fixes() {
 	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
 	# kernel has it: uname -r is stood in for.
 	# shellcheck disable=SC2016 # expanded by that sh
-	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' \
-		"$(command -v uname)"
+	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' "$(command -v uname)"
 	doctor_fix debian_cloud debian-12 "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo $APT linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
 		PATH="$work/cloud:$PATH"
 	doctor_fix container ubuntu-24.04 "in a podman container the kernel is the host's: load rdma_rxe there (sudo modprobe rdma_rxe), then on the host: sudo rdma link add rxe0 type rxe netdev IFACE; start the container with --network host --device /dev/infiniband; or let make demo and make test use a VM" \

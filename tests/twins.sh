@@ -109,10 +109,9 @@ if [ "$#" = 0 ]; then
 	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
 	if cmp -s "$ev" "$work/ev_changed.c"; then
 		fail catches_a_difference "the self-test's sed found nothing to change in on_doorbell"
-	elif grep -q '^not ok - twins/shared_functions_identical (.*: .* on_doorbell' "$work/self.out"; then
-		pass catches_a_difference
 	else
-		fail catches_a_difference "a changed on_doorbell went unnoticed"
+		pass_if catches_a_difference "a changed on_doorbell went unnoticed" \
+			grep -q '^not ok - twins/shared_functions_identical (.*: .* on_doorbell' "$work/self.out"
 	fi
 fi
 report_end
