@@ -17,11 +17,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 
 # Quietly: the kernel says "reboot: Power down" at its highest log level.
-shutdown() {
-	echo 0 >/proc/sys/kernel/printk
-	sync
-	poweroff -f
-}
+shutdown() { echo 0 >/proc/sys/kernel/printk; sync; poweroff -f; }
 fail() { echo "vm-run (guest): $*" >&2; shutdown; }
 on_host() { chroot "$H" "$@" || fail "'$*' failed (exit $?)"; }
 
@@ -74,13 +70,12 @@ ipv6_of() {
 while read -r m; do
 	insmod "/lib/modules/$m.ko" || fail "insmod $m failed"
 done </modules
-mkdir -p "$H"
+mkdir -p "$H" /dev/shm
 mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot "$H" ||
 	fail "cannot mount the host's root file system"
 for d in proc sys dev; do
 	mount --bind "/$d" "$H/$d" || fail "cannot bind /$d"
 done
-mkdir -p /dev/shm
 for d in tmp run dev/shm; do
 	mount -t tmpfs tmpfs "$H/$d" || fail "cannot mount a tmpfs on /$d"
 done
