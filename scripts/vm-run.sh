@@ -54,9 +54,7 @@ main() {
 		status=0
 		boot_vm "$job" 2048 2 '' &
 		wait $! || status=$?
-		if [ "$try" = 2 ] || [ "$status" = 124 ] || [ -e "$job/started" ]; then
-			break
-		fi
+		[ "$try" = 2 ] || [ "$status" = 124 ] || [ -e "$job/started" ] && break
 		say "the VM stopped before '$*' started (qemu exit $status): booting it once more"
 	done
 
