@@ -36,10 +36,9 @@ trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
 
 main() {
 	local suite=${1:-bookworm-backports} apt dir opts pkg ver warned
-	if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
+	{ command -v apt-get && command -v dpkg; } >/dev/null ||
 		die "this fetches Debian's kernels with apt-get and dpkg; on" \
 			"this system, set VM_KERNEL to a kernel in /boot instead"
-	fi
 	[[ $suite =~ ^[a-z-]+$ ]] || die "bad suite '$suite'"
 	# A bare system may lack kmod: deps.sh installs it as root, or names it.
 	command -v depmod >/dev/null || "$(dirname "$0")/deps.sh" run >&2 ||
@@ -58,12 +57,9 @@ main() {
 	echo "deb [signed-by=$DEBIAN_KEYRING] $(mirror) $suite main" >"$apt/sources.list"
 	: >"$apt/status"
 	# Only our list, and no installed packages: what the suite holds.
-	opts=(-o "Dir::Etc::SourceList=$apt/sources.list"
-		-o Dir::Etc::SourceParts=/dev/null
-		-o "Dir::State::Lists=$apt/lists"
-		-o "Dir::State::status=$apt/status"
-		-o "Dir::Cache=$apt/cache"
-		-o APT::Sandbox::User=root)
+	opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status"
+		-o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
 	# Unreachable, the archive gets a warning and exit status 0: kept,
 	# to name the cause if no list was fetched, now or before.
 	warned=$(apt-get -qq "${opts[@]}" update 2>&1) ||
