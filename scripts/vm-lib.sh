@@ -45,10 +45,8 @@ die() { say "$@"; exit 1; }
 kernel_root() {
 	local root
 	for root in "$KERNEL_CACHE/$1/" /; do
-		if [ -e "${root}boot/vmlinuz-$1" ] && [ -d "${root}lib/modules/$1" ]; then
-			echo "$root"
-			return 0
-		fi
+		[ -e "${root}boot/vmlinuz-$1" ] && [ -d "${root}lib/modules/$1" ] &&
+			echo "$root" && return 0
 	done
 	return 1
 }
@@ -240,9 +238,7 @@ choose_accel() {
 		# reaches it (timeout(1) otherwise moves to a group of its own).
 		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
 			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
-		vm_accel=tcg
-		[[ $out != *"vm-probe: booted"* ]] || vm_accel=kvm
-		echo "$vm_accel" >"$cache"
+		if [[ $out == *"vm-probe: booted"* ]]; then echo kvm; else echo tcg; fi >"$cache"
 	fi
 	vm_accel=$(cat "$cache")
 	if [ "$vm_accel" = kvm ]; then
