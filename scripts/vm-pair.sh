@@ -66,9 +66,8 @@ run_vm() {
 		macs+=,$mac addrs+=,198.18.$n.$host servers+=,198.18.$n.1
 		n=$((n + 1))
 	done
-	if [ "$role" = server ] && [ -n "$pcap" ]; then
+	[ "$role" != server ] || [ -z "$pcap" ] ||
 		args+=(-object "filter-dump,id=dump,netdev=cable0,file=$pcap")
-	fi
 	VM_APPEND="vm_nic_macs=${macs#,} vm_nic_addrs=${addrs#,} vm_server_addrs=${servers#,}" \
 		boot_vm "$job" 1024 1 "[$role vm] " "${args[@]}" || status=$?
 	echo "$status" >"$job/qemu"
@@ -148,11 +147,8 @@ grace() {
 # "did not finish" (and why, on stderr).
 outcome() {
 	local rc
-	if rc=$(job_status "$1" "$(cat "$1/qemu")" "$2" "$3"); then
-		echo "exited $rc"
-	else
-		echo "did not finish"
-	fi
+	rc=$(job_status "$1" "$(cat "$1/qemu")" "$2" "$3") || { echo "did not finish"; return; }
+	echo "exited $rc"
 }
 
 cleanup() {
