@@ -28,12 +28,10 @@ DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 KVM_PROBE_SECONDS=15
 
 # What the initramfs loads to reach the host's files: virtio PCI, then 9p
-# over it.  The guest loads everything else (rdma_rxe...) with the host's
-# own modprobe.
+# over it; the guest loads the rest (rdma_rxe...) with the host's modprobe.
 INITRAMFS_MODULES=(virtio_pci 9pnet_virtio 9p)
 
-# PID 1 of the VM, run by busybox sh: scripts/vm-init.sh.
-INIT=$repo/scripts/vm-init.sh
+INIT=$repo/scripts/vm-init.sh # PID 1 of the VM, run by busybox sh
 
 say() { echo "$vm_prog: $*" >&2; }
 die() { say "$@"; exit 1; }
