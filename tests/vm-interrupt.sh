@@ -15,7 +15,6 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 report_stage=vm_interrupt
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
-mkdir -p "$vmdir"
 out=$(mktemp -d "${TMPDIR:-/tmp}/vm-interrupt.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 # This script stopped: the job it runs is in a group of its own, and
