@@ -218,12 +218,11 @@ qemu_cmd() {
 # decides, once per boot of this machine (build/vm/accel-*).
 choose_accel() {
 	local cache out
-	if [ -n "${VM_ACCEL:-}" ]; then
-		[[ $VM_ACCEL =~ ^(kvm|tcg)$ ]] || die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'"
-		vm_accel=$VM_ACCEL
-		say "accelerator: $vm_accel (VM_ACCEL)"
-		return
-	fi
+	case ${VM_ACCEL:-} in
+	'') ;;
+	kvm | tcg) vm_accel=$VM_ACCEL; say "accelerator: $vm_accel (VM_ACCEL)"; return ;;
+	*) die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'" ;;
+	esac
 	if [ ! -r /dev/kvm ] || [ ! -w /dev/kvm ]; then
 		vm_accel=tcg
 		say "accelerator: TCG, software emulation (no usable /dev/kvm)"
