@@ -78,7 +78,9 @@ test_vm_interrupt() {
 	wait_until "$run" 60 vm_below "$run" >"$log.job" || true
 	job=$(cat "$log.job")
 	if [ -z "$job" ]; then
-		kill -KILL -- "-$run" $reader 2>/dev/null || true
+		# SIGTERM first, so that its EXIT trap removes its folders.
+		signal_job "$run" group TERM 5 || true
+		[ -z "$reader" ] || kill -KILL "$reader" 2>/dev/null || true
 		fail "$name" "the VM did not start: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')"
 		return
 	fi
