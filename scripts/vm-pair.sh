@@ -80,15 +80,13 @@ run_vm() {
 # (each VM's -netdev, one per cable) and cables_up (a shell command, true
 # once the server VM's qemu listens on every cable).
 cable_plan() {
-	local kinds kind n=0 port ports=' '
+	local kinds kind n=0 port ports=' ' auto=socket
 	read -ra kinds <<<"${VM_CABLE:-auto}"
+	grep -qx stream <<<"$(qemu-system-x86_64 -netdev help 2>/dev/null)" &&
+		auto=stream
 	server_nets=() client_nets=() cables_up=true
 	for kind in "${kinds[@]}"; do
-		if [ "$kind" = auto ]; then
-			kind=socket
-			grep -qx stream <<<"$(qemu-system-x86_64 -netdev help 2>/dev/null)" &&
-				kind=stream
-		fi
+		[ "$kind" != auto ] || kind=$auto
 		case $kind in
 		stream)
 			# The socket's path must be short (108 bytes): not in
