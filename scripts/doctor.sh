@@ -361,7 +361,8 @@ check_rping() {
 main() {
 	read_os_release
 	detect_container
-	user=$(id -un)
+	# A uid with no name (docker run --user 1234) is named by its number.
+	user=$(id -un 2>/dev/null) || user="uid $(id -u)"
 	suggested_netdev=$(suggest_netdev)
 	find_devices
 	check_module
