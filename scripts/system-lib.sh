@@ -3,7 +3,8 @@
 # needs (scripts/packages.txt).  Sourced by deps.sh, doctor.sh and vm-lib.sh.
 #
 #   read_os_release        sets os_id, os_like, os_version and os_name from
-#                          OS_RELEASE, else /etc/os-release (never run: read)
+#                          OS_RELEASE (fails if it cannot be read), else
+#                          /etc/os-release (never run: read)
 #   system_keys            the table's keys for this system, most specific
 #                          first: rocky-9.3, rocky-9, rocky, rhel-9.3, ...
 #   manager                apt or dnf (empty if neither)
@@ -30,6 +31,8 @@ PACKAGES_TABLE=$(dirname "${BASH_SOURCE[0]}")/packages.txt
 read_os_release() {
 	local file=${OS_RELEASE:-/etc/os-release} key value
 	os_id='' os_like='' os_version='' os_name=''
+	[ -z "${OS_RELEASE:-}" ] || [ -r "$file" ] ||
+		{ echo "${0##*/}: cannot read OS_RELEASE=$file" >&2; return 1; }
 	[ -r "$file" ] || file=/usr/lib/os-release
 	[ -r "$file" ] || return 0
 	while IFS='=' read -r key value; do
