@@ -168,10 +168,10 @@ main() {
 	say "installing for ${wanted[*]}: ${pkgs[*]}"
 	if [ "${cmd[0]}" = apt-get ]; then
 		# Where a source cannot be reached, apt-get update warns and
-		# exits 0 (measured, apt 2.6): its first warning names the cause
-		# if the install then fails ("Unable to locate package").
+		# exits 0 (measured, apt 2.6): its first "Failed to fetch" names
+		# the cause if the install then fails ("Unable to locate package").
 		update=$(apt-get update -qq 2>&1) || true
-		update=$(grep -m 1 '^[WE]: ' <<<"$update") || true
+		update=$(grep -m 1 '^[WE]: Failed to fetch' <<<"$update") || true
 		if ! out=$(DEBIAN_FRONTEND=noninteractive "${cmd[@]}" -qq 2>&1 >/dev/null); then
 			[ -n "$update" ] || { echo "$out" >&2 && return 1; }
 			say "cannot install ${pkgs[*]}: apt-get update could not" \
