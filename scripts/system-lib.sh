@@ -116,22 +116,16 @@ static_elf() {
 
 lock_dir() {
 	local own=/run/rdma-pool-doorbell
+	if [ "$(id -u)" != 0 ]; then
+		if [ -d /run/lock ] && [ -w /run/lock ]; then echo /run/lock; else echo "${TMPDIR:-/tmp}"; fi
+		return 0
+	fi
 	# Root's in a folder only root can write: in /run/lock (mode 1777)
 	# any user could make root's lock file first, or hold its lock.
-	if [ "$(id -u)" = 0 ]; then
-		[ -e "$own" ] || mkdir -m 700 "$own" 2>/dev/null || true
-		if [ -d "$own" ] && [ ! -L "$own" ] && [ "$(stat -c %u "$own")" = 0 ]; then
-			echo "$own"
-			return 0
-		fi
-		echo "cannot make $own, a folder for root's locks" >&2
-		return 1
-	fi
-	if [ -d /run/lock ] && [ -w /run/lock ]; then
-		echo /run/lock
-	else
-		echo "${TMPDIR:-/tmp}"
-	fi
+	[ -e "$own" ] || mkdir -m 700 "$own" 2>/dev/null || true
+	{ [ -d "$own" ] && [ ! -L "$own" ] && [ "$(stat -c %u "$own")" = 0 ]; } ||
+		{ echo "cannot make $own, a folder for root's locks" >&2; return 1; }
+	echo "$own"
 }
 
 # Two runs at once (two make bench, each in its own VM, on one clone) each
