@@ -52,8 +52,7 @@ system_keys() {
 	local name
 	for name in $os_id $os_like; do
 		[ -z "$os_version" ] || echo "$name-$os_version"
-		[ -z "$os_version" ] || [ "${os_version%%.*}" = "$os_version" ] ||
-			echo "$name-${os_version%%.*}"
+		[ "${os_version%%.*}" = "$os_version" ] || echo "$name-${os_version%%.*}"
 		echo "$name"
 	done
 }
@@ -72,10 +71,9 @@ packages_for() {
 	local key entry
 	for key in $(system_keys); do
 		for entry in "$@"; do
-			if [ "${entry%%=*}" = "$key" ]; then
-				echo "${entry#*=}" | tr ',' ' ' | sed "s/\$KVER/$(uname -r)/g"
-				return
-			fi
+			[ "${entry%%=*}" = "$key" ] || continue
+			echo "${entry#*=}" | tr ',' ' ' | sed "s/\$KVER/$(uname -r)/g"
+			return
 		done
 	done
 }
@@ -132,10 +130,8 @@ lock_dir() {
 # write into their own folder; FINAL holds the last to finish.
 run_dir() {
 	local dir
-	mkdir -p "$(dirname "$1")" &&
-		dir=$(mktemp -d "$1.run.XXXXXX") &&
-		chmod 755 "$dir" &&
-		echo "$dir"
+	mkdir -p "$(dirname "$1")" && dir=$(mktemp -d "$1.run.XXXXXX") &&
+		chmod 755 "$dir" && echo "$dir"
 }
 
 publish_dir() {
