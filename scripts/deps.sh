@@ -80,17 +80,14 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe entries desc pkgs p cmd note='' update out refresh=''
+	local mode=install purpose need probe rest entries desc pkgs p cmd note='' update out refresh=''
 	local wanted=() missing=() unavailable=() unknown=() seen=' '
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--dry-run) mode=dry-run ;;
 		--check) mode=check ;;
 		-*) usage ;;
-		*)
-			[[ " ${PURPOSES[*]} " == *" $1 "* ]] || usage
-			wanted+=("$1")
-			;;
+		*) [[ " ${PURPOSES[*]} " == *" $1 "* ]] || usage; wanted+=("$1") ;;
 		esac
 		shift
 	done
@@ -134,9 +131,7 @@ main() {
 		printf '  %s\n' "${unknown[@]}" >&2
 		return 1
 	fi
-	for p in "${unavailable[@]}"; do
-		say "$os_name has no package for $p"
-	done
+	for p in "${unavailable[@]}"; do say "$os_name has no package for $p"; done
 	if [ "${#pkgs[@]}" -eq 0 ]; then
 		[ "${#unavailable[@]}" -eq 0 ] || return 1
 		[ "$mode" != dry-run ] || say "${wanted[*]}: nothing missing"
@@ -149,11 +144,7 @@ main() {
 	dnf) cmd=(dnf install -y "${pkgs[@]}") ;;
 	esac
 	case $mode in
-	dry-run)
-		say "$os_name, ${wanted[*]}: ${cmd[*]}"
-		[ "${#unavailable[@]}" -eq 0 ]
-		return
-		;;
+	dry-run) say "$os_name, ${wanted[*]}: ${cmd[*]}"; [ "${#unavailable[@]}" -eq 0 ]; return ;;
 	check)
 		say "missing for ${wanted[*]}: ${missing[*]}; install with:" \
 			"sudo ${cmd[*]}"
