@@ -94,11 +94,8 @@ check_module() {
 	local what='kernel module rdma_rxe' dev found
 	for dev in "${devices[@]}"; do
 		# An rxe device names its netdev in "parent"; hardware has none.
-		if [ ! -e "$SYSFS/$dev/parent" ]; then
-			rxe_available=true
-			ok "$what" "not needed: $dev is not Soft-RoCE"
-			return
-		fi
+		[ -e "$SYSFS/$dev/parent" ] ||
+			{ rxe_available=true; ok "$what" "not needed: $dev is not Soft-RoCE"; return; }
 	done
 	case $(rxe_module) in
 	loaded) found=loaded ;;
@@ -135,9 +132,7 @@ module_fix() {
 
 find_devices() {
 	local dev
-	for dev in "$SYSFS"/*; do
-		[ ! -e "$dev" ] || devices+=("${dev##*/}")
-	done
+	for dev in "$SYSFS"/*; do [ ! -e "$dev" ] || devices+=("${dev##*/}"); done
 }
 
 check_device() {
@@ -241,7 +236,7 @@ LO_WHY="rdma_cm cannot route to 127.0.0.1 / lo on Debian 12's 6.1 kernel (rdma_r
 # route rdma_cm to it, Debian 12's 6.1 does not.  rping tells which this is.
 check_loopback() {
 	local what=$1 a=$2
-	if command -v rping >/dev/null && rping_works "$a"; then
+	if rping_works "$a"; then
 		addr=$a
 		ok "$what" "$a on $link_netdev: rdma_cm reaches it on this kernel (not on Debian 12's 6.1)"
 	else
@@ -306,23 +301,18 @@ check_nodes() {
 		read -r ibdev 2>/dev/null <"$v/ibdev" || continue
 		[ "$ibdev" = "$link_dev" ] && node=$NODES/${v##*/}
 	done
-	if [ -z "$node" ]; then
-		failed "$what" "none for $link_dev in /sys/class/infiniband_verbs" "as root: modprobe ib_uverbs"
-	else
-		check_node "$what" "$node" "as root: modprobe ib_uverbs"
-	fi
+	[ -n "$node" ] || { failed "$what" "none for $link_dev in /sys/class/infiniband_verbs" "as root: modprobe ib_uverbs"; return; }
+	check_node "$what" "$node" "as root: modprobe ib_uverbs"
 }
 
 # ibv_reg_mr pins memory, and the kernel counts every pinned page against
 # RLIMIT_MEMLOCK (ulimit -l), unless the process has CAP_IPC_LOCK: root is
 # exempt, any other user is not.
 check_memlock() {
-	local what=memlock limit hard cap=0 key value fix limits
+	local what=memlock limit hard cap fix limits
 	limit=$(ulimit -S -l)
 	hard=$(ulimit -H -l)
-	while read -r key value; do
-		[ "$key" = CapEff: ] && cap=$value
-	done <"/proc/$$/status"
+	cap=$(awk '$1 == "CapEff:" { print $2 }' "/proc/$$/status")
 	if ((0x${cap:-0} >> CAP_IPC_LOCK & 1)); then
 		ok "$what" "exempt: $user has CAP_IPC_LOCK (root always does), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
 	elif [ "$limit" = unlimited ]; then
