@@ -160,20 +160,16 @@ check_device() {
 # The port used from here on: the first ACTIVE one, preferring one that is
 # not on lo (see check_address).
 check_link() {
-	local what='link state' links dev words i port state netdev first='' down=''
+	local what='link state' links dev words rest port state netdev first='' down=''
 	[ "${#devices[@]}" -gt 0 ] || { skip "$what" "no RDMA device"; return; }
 	command -v rdma >/dev/null || { failed "$what" "no 'rdma' command to ask" "$(fix_install rdma-tool rdma)"; return; }
 	links=$(rdma link show 2>&1) || true
 	for dev in "${devices[@]}"; do
 		while read -ra words; do
 			[[ ${words[1]:-} == "$dev/"* ]] || continue
-			port=${words[1]#*/} state='' netdev=''
-			for ((i = 2; i + 1 < ${#words[@]}; i++)); do
-				case ${words[$i]} in
-				state) state=${words[$((i + 1))]} ;;
-				netdev) netdev=${words[$((i + 1))]} ;;
-				esac
-			done
+			port=${words[1]#*/} state='' netdev='' rest=" ${words[*]:2} "
+			[[ $rest =~ \ state\ ([^ ]+) ]] && state=${BASH_REMATCH[1]}
+			[[ $rest =~ \ netdev\ ([^ ]+) ]] && netdev=${BASH_REMATCH[1]}
 			if [ "$state" = ACTIVE ] &&
 				{ [ -z "$link_dev" ] || [ "$link_netdev" = lo ]; }; then
 				link_dev=$dev link_port=$port link_netdev=$netdev
