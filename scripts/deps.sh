@@ -35,9 +35,7 @@ PURPOSES=(build run rxe vm vm-kernel fuzz wire bench test)
 # shellcheck source=scripts/system-lib.sh
 . "$here/system-lib.sh"
 
-say() {
-	echo "deps: $*" >&2
-}
+say() { echo "deps: $*" >&2; }
 
 # has PROBE: true if this machine already has what the probe looks for.
 has() {
@@ -47,9 +45,7 @@ has() {
 	pc:*) command -v pkg-config >/dev/null && pkg-config --exists "${1#pc:}" ;;
 	file:*)
 		# Unquoted: the globs expand to whatever files match them.
-		for glob in ${globs//,/ }; do
-			[ -e "$glob" ] && return 0
-		done
+		for glob in ${globs//,/ }; do [ -e "$glob" ] && return 0; done
 		return 1
 		;;
 	static-busybox) [ -x /bin/busybox ] && static_elf /bin/busybox ;;
@@ -60,9 +56,7 @@ has() {
 		# (In a subshell: what vm-lib.sh sets stays there.)
 		# shellcheck source=/dev/null
 		(. "$here/vm-lib.sh" && VM_KERNEL='' find_kernel 2>/dev/null) && return 0
-		for glob in /boot/vmlinuz-*; do
-			[ -e "$glob" ] && [ ! -r "$glob" ] && return 0
-		done
+		for glob in /boot/vmlinuz-*; do [ -e "$glob" ] && [ ! -r "$glob" ] && return 0; done
 		return 1
 		;;
 	libfuzzer)
@@ -145,11 +139,7 @@ main() {
 	esac
 	case $mode in
 	dry-run) say "$os_name, ${wanted[*]}: ${cmd[*]}"; [ "${#unavailable[@]}" -eq 0 ]; return ;;
-	check)
-		say "missing for ${wanted[*]}: ${missing[*]}; install with:" \
-			"sudo ${cmd[*]}"
-		return 1
-		;;
+	check) say "missing for ${wanted[*]}: ${missing[*]}; install with: sudo ${cmd[*]}"; return 1 ;;
 	esac
 	if [ "$(id -u)" != 0 ]; then
 		say "missing for ${wanted[*]}: ${missing[*]}; as root, run:"
