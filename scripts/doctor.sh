@@ -306,8 +306,7 @@ check_nodes() {
 # exempt, any other user is not.
 check_memlock() {
 	local what=memlock limit hard cap fix limits
-	limit=$(ulimit -S -l)
-	hard=$(ulimit -H -l)
+	limit=$(ulimit -S -l) hard=$(ulimit -H -l)
 	cap=$(awk '$1 == "CapEff:" { print $2 }' "/proc/$$/status")
 	if ((0x${cap:-0} >> CAP_IPC_LOCK & 1)); then
 		ok "$what" "exempt: $user has CAP_IPC_LOCK (root always does), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
@@ -324,8 +323,7 @@ check_memlock() {
 		else
 			fix="only root can raise the hard limit ($hard KiB): $limits, or ulimit -l unlimited in a root shell"
 		fi
-		failed "$what" "ulimit -l is $limit KiB but the server pins $NEED_KIB KiB (its 4 MiB pool and buffers): ibv_reg_mr would fail with ENOMEM" \
-			"$fix"
+		failed "$what" "ulimit -l is $limit KiB but the server pins $NEED_KIB KiB (its 4 MiB pool and buffers): ibv_reg_mr would fail with ENOMEM" "$fix"
 	fi
 }
 
