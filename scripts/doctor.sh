@@ -101,11 +101,7 @@ check_module() {
 	loaded) found=loaded ;;
 	builtin) found="built into the kernel" ;;
 	on-disk) found="not loaded yet, but on disk ('rdma link add' loads it)" ;;
-	*)
-		failed "$what" "this kernel ($(uname -r)) has none: not loaded, and modprobe cannot find it" \
-			"$(module_fix)"
-		return
-		;;
+	*) failed "$what" "this kernel ($(uname -r)) has none: not loaded, and modprobe cannot find it" "$(module_fix)"; return ;;
 	esac
 	rxe_available=true
 	ok "$what" "$found"
