@@ -61,10 +61,11 @@ parse_options() {
 }
 
 # tie: the lines that tie what the programs printed to what the trace
-# shows of it, from the session's records (wire-trace.sh --raw) on stdin.
+# shows of it, from the session's records (wire-trace.sh --raw) on stdin,
+# which awk reads to the end (a reader that quits early fails the writer).
 tie() {
 	local granted
-	granted=$(grep '^granted ' "$out/session/client.out")
+	granted=$(grep '^granted ' "$out/session/client.out" || true)
 	awk -F'\t' -v granted="$granted" '
 		$5 == "send" && $9 ~ /msg=RESP_ALLOC/ { resp = $1 }
 		$5 ~ /^write/ {
@@ -77,6 +78,7 @@ tie() {
 		$5 == "write-imm" { imm = imm " " $1 }
 		$5 == "ack" { acks++ }
 		END {
+			if (granted == "") { print "The client printed no grant: nothing to tie."; exit }
 			printf "The client printed \"%s\": that is the" \
 				" RESP_ALLOC of packet %d.\n", granted, resp
 			for (k in keys)
