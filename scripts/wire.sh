@@ -114,8 +114,8 @@ main() {
 	# This run's own folder, which takes wire-results/'s place when it
 	# ends: two runs at once never mix their files.
 	out=$(run_dir "$final") pair=''
-	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
 	stop_on_signals on_signal
+	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
 	echo "session $server $PORT $size $writes $every $family" >"$out/plan"
 
 	echo "== two VMs on one virtual cable: $server in one," \
