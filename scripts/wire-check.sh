@@ -30,10 +30,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KEYS=(port client_qp server_qp size granted addr rkey writes every)
 
-die() {
-	echo "wire-check: $*" >&2
-	exit 1
-}
+die() { echo "wire-check: $*" >&2; exit 1; }
 
 usage() {
 	echo "usage: $0 PCAP [--outputs DIR] KEY=VALUE..." >&2

@@ -31,9 +31,7 @@ READY_TIMEOUT=120 # seconds for the other VM to boot and its servers to listen
 CLIENT_TIMEOUT=120
 DONE_TIMEOUT=600 # seconds for every client, the other VM's boot included
 
-say() {
-	echo "$WIRE_ROLE: $*"
-}
+say() { echo "$WIRE_ROLE: $*"; }
 
 # give_up WHY: tell the other VM not to wait for us any more, and fail.
 give_up() {

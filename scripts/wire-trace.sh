@@ -33,10 +33,7 @@ FIELDS=(frame.number frame.time_relative ip.src ip.dst ipv6.src ipv6.dst
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-die() {
-	echo "wire-trace: $*" >&2
-	exit 1
-}
+die() { echo "wire-trace: $*" >&2; exit 1; }
 
 # tshark's fields for every ARP, IPv6 neighbour discovery (ICMPv6 types
 # 135 and 136: IPv6's ARP) and RoCE packet of PCAP, tab-separated.

@@ -27,10 +27,7 @@ usage() {
 	exit 2
 }
 
-die() {
-	echo "wire: $*" >&2
-	exit 1
-}
+die() { echo "wire: $*" >&2; exit 1; }
 
 # The options, checked here: a bad one must not cost two boots.
 parse_options() {
