@@ -22,8 +22,7 @@ final=$top/wire-results
 PORT=7471
 
 usage() {
-	echo "usage: $0 [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY]" \
-		"[--size BYTES] [--ipv6]" >&2
+	echo "usage: $0 [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY] [--size BYTES] [--ipv6]" >&2
 	exit 2
 }
 
@@ -134,7 +133,6 @@ main() {
 	"$top/scripts/wire-trace.sh" "$out/cable.pcap" | tee "$out/trace.txt"
 	echo
 	"$top/scripts/wire-trace.sh" --raw "$out/cable.pcap" | tie
-	status=0
 	"$top/scripts/wire-check.sh" "$out/cable.pcap" --outputs "$out/session" \
 		size="$size" writes="$writes" every="$every" 2>&1 |
 		fold -s -w 78 || status=$?
