@@ -38,17 +38,15 @@ die() { echo "wire-trace: $*" >&2; exit 1; }
 # tshark's fields for every ARP, IPv6 neighbour discovery (ICMPv6 types
 # 135 and 136: IPv6's ARP) and RoCE packet of PCAP, tab-separated.
 packets() {
-	local pcap=$1 args=() f err status=0
+	local args=() f err
 	for f in "${FIELDS[@]}"; do args+=(-e "$f"); done
-	err=$(mktemp)
 	# Only on failure is tshark's stderr worth showing: it warns about
-	# running as root every time.
-	tshark -r "$pcap" -Y 'arp || icmpv6.type == 135 || icmpv6.type == 136 || infiniband' -T fields \
-		-E separator=/t -E occurrence=f "${args[@]}" 2>"$err" || status=$?
-	[ "$status" = 0 ] ||
-		echo "wire-trace: tshark cannot read $pcap: $(grep -v 'Running as user' "$err")" >&2
-	rm -f "$err"
-	[ "$status" = 0 ]
+	# running as root every time.  (Its stdout goes on through fd 3; the
+	# substitution keeps its stderr.)
+	{ err=$(tshark -r "$1" -Y 'arp || icmpv6.type == 135 || icmpv6.type == 136 || infiniband' -T fields \
+		-E separator=/t -E occurrence=f "${args[@]}" 2>&1 >&3 3>&-); } 3>&1 && return
+	echo "wire-trace: tshark cannot read $1: $(grep -v 'Running as user' <<<"$err")" >&2
+	return 1
 }
 
 main() {
