@@ -6,16 +6,14 @@
 # and RESP_ALLOC, each write's slot and value, each doorbell, each ACK).
 #
 # PCAP may come from make wire (wire-results/cable.pcap), or from two real
-# machines: on either one, tcpdump -i eth0 -w x.pcap udp port 4791 or arp
-# or icmp6.
-# Wireshark shows the same packets with every field (it decodes UDP port
-# 4791 as RoCE v2 by itself); this is the short version.
+# machines: on either one, tcpdump -i eth0 -w x.pcap udp port 4791 or arp or
+# icmp6.  Needs tshark (Debian package tshark).  Wireshark shows the same
+# packets with every field (it decodes UDP port 4791 as RoCE v2 by itself);
+# this is the short version.
 #
 #   --raw  one tab-separated record per packet instead, for programs
 #          (scripts/wire-check.sh): frame, time, source, destination, kind,
 #          BTH opcode, PSN, destination QP, key=value details
-#
-# Needs tshark (Debian package tshark).
 set -euo pipefail
 
 # What tshark hands over, in this order (tshark -G fields lists them all).
@@ -61,11 +59,8 @@ main() {
 		-v "common=$here/../common" -f "$here/wire-lib.awk" -f "$here/wire-decode.awk")
 	[ -n "$records" ] ||
 		die "no RoCE v2 (UDP port 4791), ARP or neighbour discovery packet in '$1'"
-	if [ "$raw" = yes ]; then
-		echo "$records"
-	else
-		awk -f "$here/wire-lib.awk" -f "$here/wire-trace.awk" <<<"$records"
-	fi
+	[ "$raw" = no ] || { echo "$records"; return; }
+	awk -f "$here/wire-lib.awk" -f "$here/wire-trace.awk" <<<"$records"
 }
 
 main "$@"
