@@ -40,25 +40,20 @@ usage() {
 
 # from_outputs DIR: sets main's want[KEY] from what the programs printed.
 from_outputs() {
-	local dir=$1 line qp
+	local dir=$1 f
 	local connect=' port=([0-9]+) qp=(0x[0-9a-f]+)$'
 	local granted='^granted (addr=(0x[0-9a-f]+) rkey=(0x[0-9a-f]+) size=([0-9]+))$'
-	[ -r "$dir/client.out" ] || die "cannot read $dir/client.out"
-	[ -r "$dir/server.out" ] || die "cannot read $dir/server.out"
-	line=$(grep -m1 '^connect server=' "$dir/client.out" || true)
-	[[ $line =~ $connect ]] ||
+	for f in client server; do [ -r "$dir/$f.out" ] || die "cannot read $dir/$f.out"; done
+	[[ $(grep -m1 '^connect server=' "$dir/client.out") =~ $connect ]] ||
 		die "$dir/client.out has no 'connect server=... port=... qp=...' line"
 	want[port]=${BASH_REMATCH[1]} want[client_qp]=${BASH_REMATCH[2]}
-	line=$(grep -m1 '^granted ' "$dir/client.out" || true)
-	[[ $line =~ $granted ]] ||
+	[[ $(grep -m1 '^granted ' "$dir/client.out") =~ $granted ]] ||
 		die "$dir/client.out has no 'granted addr=... rkey=... size=...' line"
 	want[addr]=${BASH_REMATCH[2]} want[rkey]=${BASH_REMATCH[3]}
 	want[granted]=${BASH_REMATCH[4]}
 	# The server's QP is the one its grant of that slice names.
-	qp=$(grep "^grant qp=0x[0-9a-f]* ${BASH_REMATCH[1]}\$" "$dir/server.out" |
-		tail -n 1 | cut -d" " -f2 || true)
-	[ -n "$qp" ] || die "$dir/server.out has no grant of ${BASH_REMATCH[1]}"
-	want[server_qp]=${qp#qp=}
+	want[server_qp]=$(sed -n "s/^grant qp=\(0x[0-9a-f]*\) ${BASH_REMATCH[1]}\$/\1/p" "$dir/server.out" | tail -n 1)
+	[ -n "${want[server_qp]}" ] || die "$dir/server.out has no grant of ${BASH_REMATCH[1]}"
 }
 
 main() {
