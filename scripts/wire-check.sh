@@ -57,10 +57,9 @@ from_outputs() {
 }
 
 main() {
-	local pcap key value re what lines vars=()
+	local pcap=${1:-} key value re what lines vars=()
 	local -A want=() known=()
 	[ $# -ge 1 ] || usage
-	pcap=$1
 	shift
 	while [ $# -gt 0 ]; do
 		case $1 in
