@@ -83,10 +83,8 @@ as_user() {
 # server_port.  The CM picks the port (--port 0), from the kernel's local
 # port range: two runs at once never meet, nor meet a fixed port below it.
 start_server() {
-	local program=$1
-	shift
 	rm -f "$work"/*.out "$work"/*.err
-	"$top/$program" --port 0 "$@" >"$work/server.out" 2>"$work/server.err" &
+	"$top/$1" --port 0 "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	server_port=$(listen_port "$work/server.out" "$server_pid") || return
 	# The pool's size, as the server says it: the one source of it.
@@ -103,9 +101,7 @@ stop_server() {
 
 # run_client NAME PORT ARGS...: the client, output in $work/NAME.out/.err.
 run_client() {
-	local name=$1 port=$2
-	shift 2
-	timeout 120 "$client" --port "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
+	timeout 120 "$client" --port "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"
 }
 
 # since ANCHOR: the server's log from its last line equal to ANCHOR (a
@@ -179,9 +175,8 @@ slice_back() {
 	for ((i = 0; i < 100; i++)); do
 		# Not grep -q: as in session, a reader that quits early fails
 		# the test (seen after the load test's 32 clients).
-		if since "$1" | grep -E "^destroy $qp after_ms=[0-9]+ ended_by=(last_wqe|timer) freed=$2\$" >/dev/null; then
+		since "$1" | grep -E "^destroy $qp after_ms=[0-9]+ ended_by=(last_wqe|timer) freed=$2\$" >/dev/null &&
 			return 0
-		fi
 		sleep 0.1
 	done
 	echo "server did not destroy $qp and give back its $2 bytes; its last lines of $qp:"
