@@ -67,15 +67,14 @@ open_copy() {
 	chmod -R a+rX "$open_top"
 }
 
-# A user without CAP_IPC_LOCK, so that ulimit -l binds ibv_reg_mr: setpriv
-# drops root, and with it every capability.
-NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-
 # as_user KIB: the words that run a command as nobody with ulimit -l KIB,
-# into the array nobody_cmd.  prlimit and setpriv each exec the next, so the
-# command keeps the pid they were started with.
+# into the array nobody_cmd: a user without CAP_IPC_LOCK, so that ulimit -l
+# binds ibv_reg_mr (setpriv drops root, and with it every capability).
+# prlimit and setpriv each exec the next, so the command keeps the pid they
+# were started with.
 as_user() {
-	nobody_cmd=(prlimit --memlock=$(($1 * 1024)) "${NOBODY[@]}")
+	nobody_cmd=(prlimit --memlock=$(($1 * 1024))
+		setpriv --reuid=nobody --regid=nogroup --clear-groups)
 	open_copy
 }
 
