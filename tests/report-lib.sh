@@ -27,11 +27,11 @@ report_plan() {
 
 # report OK NAME[ NOTE] [WHY]: NAME's line; the plan must name it, once.
 report() {
-	local name=$report_prefix${2%% *} why=${3:-}
+	local name=$report_prefix${2%% *}
 	if [[ $reported == *" $name "* ]]; then
-		set -- "not ok" "$2" "${why:+$why; }reported twice"
+		set -- "not ok" "$2" "${3:+$3; }reported twice"
 	elif [ "$1" = ok ] && [ -n "$report_stage" ] && ! grep -qxF "$report_stage $name" "$report_plan_file"; then
-		set -- "not ok" "$2" "${why:+$why; }tests/plan.txt does not name it"
+		set -- "not ok" "$2" "tests/plan.txt does not name it"
 	fi
 	reported+="$name "
 	echo "$1 - $report_prefix$2${3:+: $3} [${SECONDS}s]"
@@ -71,9 +71,7 @@ skip() {
 # needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
 # the test needs root (under CI, a failure).
 needs_root() {
-	[ "$(id -u)" = 0 ] && return 0
-	skip "$1" "needs root, to $2"
-	return 1
+	[ "$(id -u)" = 0 ] || { skip "$1" "needs root, to $2"; return 1; }
 }
 
 # report_end: true if nothing failed.
