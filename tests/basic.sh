@@ -182,7 +182,7 @@ test_bench_smoke() {
 	elif ! grep -Eq '^\| 16 \| [1-9][0-9]* \| [1-9][0-9]* \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+( \([0-9.]+-[0-9.]+\))? \|$' "$dir/results.md"; then
 		why="no row for K=16 against ib_write_bw -l 16 -Q 16 (its rate, the client's at W=1 and W=4, the ratio of the medians and round by round), in results.md"
 	elif missing=$(latency_row_missing "$dir/results.md") && [ -n "$missing" ]; then
-		why="no round-trip row for $missing, with a positive median and p99 and an idle CPU, in results.md: $(grep -E '^\| (ib_write_lat|rdma_pool_client -k 1)' "$dir/results.md" | tr '\n' ' ')"
+		why="no round-trip row for $missing, with a positive median and p99 and an idle CPU, in results.md: $(grep -E '^\| (ib_write_lat|rdma_pool_client -k 1)' "$dir/results.md" | tr '\n' ' ' || true)"
 	elif ! grep -Eq '^Targets, rdma_srq_pool_server_ev .* median [0-9.]+ x .* p99 [0-9.]+ against [0-9.]+ .* idle [0-9.]+% ' "$dir/results.md"; then
 		why="no line that holds the default busy-poll budget to its targets, in results.md"
 	elif idle=$(sed -n 's/^Targets, .* idle \([0-9.]*\)% .*/\1/p' "$dir/results.md") &&
