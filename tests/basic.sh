@@ -277,10 +277,6 @@ test_deny() {
 	fi
 }
 
-test_serves_after_deny() {
-	client_session "$1/serves_after_deny" after "$2" 4096 100 10 4096
-}
-
 # SIGINT: the server closes every connection, destroys every QP, and its
 # last line says that everything came back.
 test_sigint() {

@@ -51,7 +51,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 		test_eight_clients "$server" "$port"
 		test_deny "$server/deny_size_0" "$port" 0 EINVAL
 		test_deny "$server/deny_larger_than_pool" "$port" $((server_pool + 1)) EINVAL
-		test_serves_after_deny "$server" "$port"
+		client_session "$server/serves_after_deny" after "$port" 4096 100 10 4096
 		test_client_modes "$server" "$port"
 		test_lapping "$server" "$port"
 		test_client_quiet "$server" "$port"
