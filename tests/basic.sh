@@ -7,8 +7,7 @@
 # it must exit 0 and check_session must find all of it.
 client_session() {
 	local t=$1 name=$2 port=$3 size=$4 n=$5 k=$6 granted=$7 status=0 why
-	shift 7
-	run_client "$name" "$port" "$RDMA_ADDR" "$size" -n "$n" -k "$k" "$@" || status=$?
+	run_client "$name" "$port" "$RDMA_ADDR" "$size" -n "$n" -k "$k" "${@:8}" || status=$?
 	if [ "$status" != 0 ]; then
 		fail "$t" "client exited $status ($(head -c 300 "$work/$name.err"))"
 	elif why=$(check_session "$name" "$n" "$k" "$granted"); then
