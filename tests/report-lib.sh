@@ -15,8 +15,7 @@
 # One that defines on_fail has it run after each failure (to show what the
 # programs said).
 failed=0
-report_prefix=${report_prefix:-}
-report_stage=${report_stage:-}
+: "${report_prefix:=}" "${report_stage:=}"
 report_plan_file=$(dirname "${BASH_SOURCE[0]}")/plan.txt
 reported=' '
 
