@@ -337,13 +337,19 @@ test_stderr_stalled() {
 	end_jobs "$reader_pid"
 }
 
-# test_hostile SERVER: test_NAME SERVER for each NAME, in this order; each
-# test with a server of its own.
+# test_hostile SERVER: each test with a server of its own.
 test_hostile() {
-	local name
-	for name in handshake_deadline lost_rtu source_limits request_deadline \
-		keepalive broken_qp key_guesses invalidate device_limits \
-		output_stalled output_gone mismatch_flood stderr_stalled; do
-		"test_$name" "$1"
-	done
+	test_handshake_deadline "$1"
+	test_lost_rtu "$1"
+	test_source_limits "$1"
+	test_request_deadline "$1"
+	test_keepalive "$1"
+	test_broken_qp "$1"
+	test_key_guesses "$1"
+	test_invalidate "$1"
+	test_device_limits "$1"
+	test_output_stalled "$1"
+	test_output_gone "$1"
+	test_mismatch_flood "$1"
+	test_stderr_stalled "$1"
 }
