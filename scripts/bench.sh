@@ -97,20 +97,20 @@ scale_servers=("${servers[@]}")
 port=         # the server's that runs: the CM picks it (--port 0)
 pt_port=18600 # perftest's, a fresh one per run (one bench at a time)
 
+server_pid='' work='' out=''
+cleanup() {
+	[ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
+	rm -rf "$work"
+	[ -z "$out" ] || [ "$out" = "$final" ] || publish_dir "$out" "$final" ||
+		echo "bench: this run's results are in $out" >&2
+}
+trap cleanup EXIT
 # Scratch on the machine that runs the device (in the VM, its own tmpfs):
 # the servers print a line per doorbell, and where that goes is timed too.
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 # What this run writes goes to a folder of its own, which takes FINAL's
 # place when the run ends, whole or not (its logs say why).
 out=$(run_dir "$final")
-server_pid=
-cleanup() {
-	[ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
-	rm -rf "$work"
-	[ "$out" = "$final" ] || publish_dir "$out" "$final" ||
-		echo "bench: this run's results are in $out" >&2
-}
-trap cleanup EXIT
 mkdir -p "$out/logs"
 
 say() {
