@@ -349,7 +349,9 @@ budget_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }
 # autoscale cannot draw (it warns of an empty range).
 idle_top=$(awk -F'\t' '$5 > m { m = $5 } END { print (m > 1 ? m * 1.1 : 1) }' "$out/busy_poll.dat")
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
-XDG_CACHE_HOME=$(mktemp -d) gnuplot <<EOF
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
+XDG_CACHE_HOME=$cache gnuplot <<EOF
 set terminal pngcairo size 800,500 noenhanced
 set logscale x 2
 set yrange [0:*]
