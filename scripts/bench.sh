@@ -224,11 +224,7 @@ clients_end() {
 			slowest = f["seconds"]
 		n++
 	}
-	END {
-		if (n != ARGC - 1)
-			exit 1
-		print rung, slowest + 0
-	}' "${files[@]}")"
+	END { if (n == ARGC - 1) print rung, slowest + 0 }' "${files[@]}")"
 	[ -n "$slowest" ] || die "of the client runs $*, one said no 'done' (logs/clients.out)"
 	doorbells_check "$from" "$#" "$rung"
 }
