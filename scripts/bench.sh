@@ -99,7 +99,10 @@ pt_port=18600 # perftest's, a fresh one per run (one bench at a time)
 
 server_pid='' work='' out=''
 cleanup() {
-	[ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
+	if [ -n "$server_pid" ]; then # the run failed while it served
+		kill -KILL "$server_pid" 2>/dev/null || true
+		server_log || true
+	fi
 	rm -rf "$work"
 	[ -z "$out" ] || [ "$out" = "$final" ] || publish_dir "$out" "$final" ||
 		echo "bench: this run's results are in $out" >&2
@@ -155,10 +158,16 @@ server_start() {
 }
 
 server_stop() {
-	stop_program "$server_pid" || die "the server exited with status $?"
-	server_pid=
-	cat "$work/server.out" >>"$out/logs/servers.out"
+	local status=0
+	stop_program "$server_pid" || status=$?
+	server_pid=''
+	server_log
+	[ "$status" = 0 ] || die "the server exited with status $status: $(tail -n 3 "$work/server.err")"
 }
+
+# server_log: what the server said, once it has ended, into logs/servers.out:
+# its stdout, then its stderr (its errors, MISMATCH among them).
+server_log() { cat "$work/server.out" "$work/server.err" >>"$out/logs/servers.out"; }
 
 # server_cpu: user + system CPU time of the server so far, in clock ticks
 # (fields 14 and 15 of /proc/PID/stat; the name in field 2 has no spaces).
