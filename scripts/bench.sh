@@ -203,14 +203,16 @@ rnr_naks() {
 
 # client_run NAME [--size BYTES] ARGS...: one client against the current
 # server, quiet, asking for BYTES (default: $slice); its output in
-# $work/NAME.out (clients_end keeps it, once the timing is done).
+# $work/NAME.out (clients_end keeps it, once the timing is done; a run
+# that fails, at once).
 client_run() {
 	local name=$1 size=$slice
 	shift
 	if [ "${1:-}" = --size ]; then size=$2; shift 2; fi
 	timeout 300 "$client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
-		"$@" >"$work/$name.out" 2>&1 ||
-		die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
+		"$@" >"$work/$name.out" 2>&1 && return
+	cat "$work/$name.out" >>"$out/logs/clients.out"
+	die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
 }
 
 # clients_end FROM NAME...: those client runs, all ended, into
