@@ -116,13 +116,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 out=$(run_dir "$final")
 mkdir -p "$out/logs"
 
-say() {
-	echo "bench: [${SECONDS}s] $*" >&2
-}
-die() {
-	say "$*"
-	exit 1
-}
+say() { echo "bench: [${SECONDS}s] $*" >&2; }
+die() { say "$*"; exit 1; }
 
 # One bench at a time on one machine: two would measure each other, and
 # their perftest runs would meet on one port.  (Opened to read: users
@@ -171,9 +166,7 @@ server_log() { cat "$work/server.out" "$work/server.err" >>"$out/logs/servers.ou
 
 # server_cpu: user + system CPU time of the server so far, in clock ticks
 # (fields 14 and 15 of /proc/PID/stat; the name in field 2 has no spaces).
-server_cpu() {
-	awk '{ print $14 + $15 }' "/proc/$server_pid/stat"
-}
+server_cpu() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 
 # server_cpu_ns: the server's time on a CPU so far, in nanoseconds (field 1
 # of /proc/PID/task/TID/schedstat, summed over its threads): the 10 ms
@@ -241,9 +234,7 @@ clients_end() {
 }
 
 # server_lines: how many lines the server has printed so far.
-server_lines() {
-	wc -l <"$work/server.out"
-}
+server_lines() { wc -l <"$work/server.out"; }
 
 # doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
 # on, once CLIENTS connections have ended there and their QPs are destroyed
@@ -298,9 +289,7 @@ clients_at_once() {
 }
 
 # field NAME FILE: the value of NAME=value in FILE's last line that has it.
-field() {
-	sed -n "s/.*\<$1=\([0-9.]*\).*/\1/p" "$2" | tail -n 1
-}
+field() { sed -n "s/.*\<$1=\([0-9.]*\).*/\1/p" "$2" | tail -n 1; }
 
 # perftest TOOL NAME ARGS...: TOOL's server and client over rdma_cm on
 # RDMA_ADDR (the client fails at once while nobody listens, so it retries:
@@ -335,9 +324,7 @@ perftest() {
 }
 
 # The row of numbers under perftest's "#bytes" header.
-perftest_row() {
-	grep -A1 '#bytes' "$1" | tail -n 1
-}
+perftest_row() { grep -A1 '#bytes' "$1" | tail -n 1; }
 
 # write_bw NAME ARGS...: ib_write_bw's run NAME; its writes/s (its MsgRate,
 # in millions of packets, here writes, per second) into rate.  A run that
@@ -386,7 +373,7 @@ printf 'what\tk\twindow\tround\twrites_per_s\n' >"$rates"
 
 # The message rates, all against the event-driven server, round after round.
 measure_rates() {
-	local r k w rate
+	local r k w rate step
 	server_start "$ev_server"
 	for ((r = 1; r <= rounds; r++)); do
 		say "rates, round $r of $rounds"
