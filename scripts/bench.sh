@@ -368,8 +368,10 @@ write_lat() {
 # ---- the measurements -------------------------------------------------------
 
 doorbells_checked=0
-rates=$out/rates.tsv # what  k  window  round  writes_per_s
-printf 'what\tk\twindow\tround\twrites_per_s\n' >"$rates"
+# row TABLE FIELD...: one line of tab-separated fields at the end of
+# OUTDIR/TABLE.tsv (the first, each table's header, makes the file).
+row() { local IFS=$'\t'; printf '%s\n' "${*:2}" >>"$out/$1.tsv"; }
+row rates what k window round writes_per_s
 
 # The message rates, all against the event-driven server, round after round.
 measure_rates() {
@@ -380,32 +382,29 @@ measure_rates() {
 		# perftest at its defaults: one write per ibv_post_send(), a
 		# completion asked for every 100th (-Q 100), 128 in flight.
 		write_bw bw -s 4 -n "$writes"
-		printf 'ib_write_bw\t-\t-\t%d\t%s\n' "$r" "$rate" >>"$rates"
+		row rates ib_write_bw - - "$r" "$rate"
 		# And at its best, as the client posts (write_bw_list).
 		for k in "${ks[@]}"; do
 			write_bw_list "$k"
-			printf 'ib_write_bw -l -Q\t%s\t-\t%d\t%s\n' "$k" "$r" "$rate" >>"$rates"
+			row rates "ib_write_bw -l -Q" "$k" - "$r" "$rate"
 		done
 		for k in "${ks[@]}"; do
 			for w in "${windows[@]}"; do
 				client_checked rate -n "$writes" -k "$k" -w "$w"
-				printf 'client\t%s\t%s\t%d\t%s\n' "$k" "$w" "$r" \
-					"$(field writes_per_s "$work/rate.out")" >>"$rates"
+				row rates client "$k" "$w" "$r" "$(field writes_per_s "$work/rate.out")"
 			done
 		done
 		# The steps: what inline data and posting lists are worth.
 		for step in "--no-inline --post-each" "--post-each" "--no-inline"; do
 			# shellcheck disable=SC2086 # two options in one word
 			client_checked rate -n "$writes" -k "$step_k" $step
-			printf '%s\t%s\t1\t%d\t%s\n' "client $step" "$step_k" "$r" \
-				"$(field writes_per_s "$work/rate.out")" >>"$rates"
+			row rates "client $step" "$step_k" 1 "$r" "$(field writes_per_s "$work/rate.out")"
 		done
 	done
 	server_stop
 }
 
-headline=$out/headline.tsv # what  k  window  round  writes_per_s  busiest_cpu_busy_pct  others_idle_pct
-printf 'what\tk\twindow\tround\twrites_per_s\tbusiest_cpu_busy_pct\tothers_idle_pct\n' >"$headline"
+row headline what k window round writes_per_s busiest_cpu_busy_pct others_idle_pct
 
 # cpu_times: each CPU's line of /proc/stat (cpuN user nice system idle
 # iowait irq softirq steal ...), in clock ticks since boot.
@@ -450,7 +449,7 @@ measure_headline() {
 			case ${turn[(r + i) % 3]} in
 			perftest)
 				write_bw_list "$head_k"
-				printf 'ib_write_bw -l -Q\t%s\t-\t%d\t%s\t-\t-\n' "$head_k" "$r" "$rate" >>"$headline"
+				row headline "ib_write_bw -l -Q" "$head_k" - "$r" "$rate" - -
 				;;
 			"$ev_server") headline_clients "$r" "$ev_server" ev ;;
 			*) headline_clients "$r" "$tick_server" tick ;;
@@ -473,15 +472,13 @@ headline_clients() {
 		client_run head -n "$writes" -k "$head_k" -w "$w"
 		after=$(cpu_times)
 		clients_end "$from" head
-		printf 'client %s\t%s\t%s\t%d\t%s\t%s\n' "$tag" "$head_k" "$w" "$r" \
-			"$(field writes_per_s "$work/head.out")" \
-			"$(cpu_shares "$before" "$after")" >>"$headline"
+		row headline "client $tag" "$head_k" "$w" "$r" \
+			"$(field writes_per_s "$work/head.out")" "$(cpu_shares "$before" "$after")"
 	done
 	server_stop
 }
 
-latency=$out/latency.tsv # what  round  median_us  p99_us  idle_pct
-printf 'what\tround\tmedian_us\tp99_us\tidle_pct\n' >"$latency"
+row latency what round median_us p99_us idle_pct
 
 # ib_write_lat's ping-pong, and the client's doorbell round trip against
 # each of latency_servers; then the server's CPU while idle, just after it
@@ -493,7 +490,7 @@ measure_latency() {
 	local -a rows
 	say "latency"
 	write_lat
-	printf 'ib_write_lat\t1\t%s\t-\n' "$lat_row" >>"$latency"
+	row latency ib_write_lat 1 "$lat_row" -
 	for ((r = 1; r <= lat_rounds; r++)); do
 		for entry in "${latency_servers[@]}"; do
 			say "latency, round $r of $lat_rounds: $entry"
@@ -509,16 +506,14 @@ measure_latency() {
 			idle=$(awk -v a="$a" -v b="$b" -v s="$lat_idle_seconds" \
 				'BEGIN { printf "%.2f", (b - a) / (s * 1e7) }')
 			for c in "${!rows[@]}"; do
-				printf '%s\t%d.%d\t%s\t%s\n' "$entry" "$r" "$((c + 1))" \
-					"${rows[$c]}" "$idle" >>"$latency"
+				row latency "$entry" "$r.$((c + 1))" "${rows[$c]}" "$idle"
 			done
 			server_stop
 		done
 	done
 }
 
-cpu=$out/cpu.tsv # server  idle_s  idle_cpu_s  load_s  load_cpu_s
-printf 'server\tidle_s\tidle_cpu_s\tload_s\tload_cpu_s\n' >"$cpu"
+row cpu server idle_s idle_cpu_s load_s load_cpu_s
 
 # Each server's CPU time while nobody is connected, then while
 # load_clients clients stream load_writes writes each, all at once.
@@ -545,12 +540,11 @@ measure_cpu() {
 		awk -v s="$server" -v i="$idle_seconds" -v hz="$hz" \
 			-v a="$a" -v b="$b" -v c="$c" -v t0="$start" -v t1="$end" \
 			'BEGIN { printf "%s\t%d\t%.2f\t%.2f\t%.2f\n",
-				 s, i, (b - a) / hz, t1 - t0, (c - b) / hz }' >>"$cpu"
+				 s, i, (b - a) / hz, t1 - t0, (c - b) / hz }' >>"$out/cpu.tsv"
 	done
 }
 
-scale=$out/scale.tsv
-printf 'server\tclients\twrites\tdoorbells\twall_s\tcpu_s\tslowest_s\trnr_naks\n' >"$scale"
+row scale server clients writes doorbells wall_s cpu_s slowest_s rnr_naks
 
 # How each server copes with more clients at once.
 measure_scale() {
@@ -602,7 +596,7 @@ scale_row() {
 		-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
 		'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
 			 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
-			 (r0 == "-" ? "-" : r1 - r0) }' >>"$scale"
+			 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
 }
 
 {
