@@ -46,9 +46,7 @@ while [ $# -gt 0 ]; do
 	--rounds)
 		[[ ${2:-} =~ ^[1-9][0-9]{0,3}$ ]] ||
 			usage_error "--rounds wants a number of rounds from 1 to 9999, not '${2:-}'"
-		head_rounds=$2
-		shift 2
-		;;
+		head_rounds=$2; shift 2 ;;
 	-*) usage_error "unknown option '$1'" ;;
 	*) break ;;
 	esac
@@ -313,8 +311,7 @@ perftest() {
 			fi
 			kill -0 "$pid" 2>/dev/null || break
 		done
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
+		{ kill "$pid"; wait "$pid"; } 2>/dev/null || true
 		printf '== %s %s, pair %d: server\n%s\n== client\n%s\n' "$tool" "$*" \
 			"$pair" "$(cat "$work/$name.server")" "$(cat "$work/$name.out")" \
 			>>"$out/logs/perftest-failures.out"
