@@ -55,9 +55,7 @@ latency_table() {
 		}' "$out/latency.tsv"
 }
 
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
-}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 # What bench.sh ran: the shell assignments it wrote.
 writes='' load='' scaling='' lat='' busy_default='' where=''
@@ -133,7 +131,7 @@ headline_section() {
 	for tag in ev tick; do
 		for w in 1 4; do
 			IFS=$'\t' read -r -a row <<<"$(ratios "$headline" "client $tag" "$k" "$w")"
-			echo "| rdma_pool_client -k $k -w $w against ${server[$tag]} | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | ${row[3]:-too few rounds} | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
+			echo "| rdma_pool_client -k $k -w $w against ${server[$tag]} | $(median "$headline" "client $tag" "$k" "$w" range) | ${row[0]} | ${row[1]} | ${row[2]} | ${row[3]} | $(cpu_median "$tag" "$w" 6) | $(cpu_median "$tag" "$w" 7) |"
 		done
 	done
 	echo
