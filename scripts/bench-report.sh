@@ -175,15 +175,12 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 	echo "Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
 		"every configuration ran once per round, in turn."
 	echo
-	printf '| writer | K |'
-	for w in "${wins[@]}"; do printf ' writes/s (W=%s) | ratio |' "$w"; done
-	echo
-	printf '|---|---:|'
-	for _ in "${wins[@]}"; do printf -- '---:|---:|'; done
-	echo
-	printf '| ib_write_bw -s 4 -R | - |'
-	for _ in "${wins[@]}"; do printf ' %s | 1.00 |' "$(median "$rates" ib_write_bw - - range)"; done
-	echo
+	head='| writer | K |' rule='|---|---:|' pt='| ib_write_bw -s 4 -R | - |'
+	for w in "${wins[@]}"; do
+		head+=" writes/s (W=$w) | ratio |" rule+='---:|---:|'
+		pt+=" $(median "$rates" ib_write_bw - - range) | 1.00 |"
+	done
+	printf '%s\n' "$head" "$rule" "$pt"
 	for k in $ks; do
 		printf '| rdma_pool_client | %s |' "$k"
 		for w in "${wins[@]}"; do
@@ -199,12 +196,9 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 	echo
 	echo "## Against perftest at its best: K writes per post, a completion every K"
 	echo
-	printf '| K | ib_write_bw -s 4 -R -l K -Q K |'
-	for w in "${wins[@]}"; do printf ' rdma_pool_client W=%s |' "$w"; done
-	echo " client's best ÷ perftest's | the same, round by round |"
-	printf '|---:|---:|'
-	for _ in "${wins[@]}"; do printf -- '---:|'; done
-	echo '---:|---:|'
+	head='| K | ib_write_bw -s 4 -R -l K -Q K |' rule='|---:|---:|'
+	for w in "${wins[@]}"; do head+=" rdma_pool_client W=$w |" rule+='---:|'; done
+	printf '%s\n' "$head client's best ÷ perftest's | the same, round by round |" "$rule---:|---:|"
 	for k in $ks; do
 		pl=$(median "$rates" "ib_write_bw -l -Q" "$k" -) || continue
 		printf '| %s | %s |' "$k" "$(median "$rates" "ib_write_bw -l -Q" "$k" - range)"
