@@ -273,17 +273,17 @@ client_checked() {
 }
 
 # clients_at_once PREFIX N ARGS...: N clients, PREFIX1 to PREFIXN, all at
-# once, each with ARGS (client_run); fails if one does.
+# once, each with ARGS (client_run); fails if one does, once all have ended.
 clients_at_once() {
-	local prefix=$1 n=$2 i pids=()
+	local prefix=$1 n=$2 i pids=() status=0
 	shift 2
 	for ((i = 1; i <= n; i++)); do
 		client_run "$prefix$i" "$@" &
 		pids+=($!)
 	done
-	for i in "${pids[@]}"; do
-		wait "$i" || { echo "bench: a client exited with status $?" >&2; return 1; }
-	done
+	for i in "${pids[@]}"; do wait "$i" || status=$?; done
+	((status == 0)) || echo "bench: a client exited with status $status" >&2
+	return "$status"
 }
 
 # field NAME FILE: the value of NAME=value in FILE's last line that has it.
