@@ -527,10 +527,10 @@ measure_cpu() {
 		names=()
 		for ((i = 1; i <= load_clients; i++)); do names+=("load$i"); done
 		from=$(($(server_lines) + 1))
-		start=$(date +%s.%N)
+		start=$EPOCHREALTIME
 		clients_at_once load "$load_clients" -n "$load_writes" -k "$load_k" ||
 			die "a load client failed"
-		end=$(date +%s.%N)
+		end=$EPOCHREALTIME
 		c=$(server_cpu)
 		clients_end "$from" "${names[@]}"
 		server_stop
