@@ -194,8 +194,7 @@ rnr_naks() {
 
 # client_run NAME [--size BYTES] ARGS...: one client against the current
 # server, quiet, asking for BYTES (default: $slice); its output in
-# $work/NAME.out (clients_end keeps it, once the timing is done; a run
-# that fails, at once).
+# $work/NAME.out (into logs/: by clients_end after the timing; on failure, at once).
 client_run() {
 	local name=$1 size=$slice
 	shift
@@ -231,7 +230,6 @@ clients_end() {
 	doorbells_check "$from" "$#" "$rung"
 }
 
-# server_lines: how many lines the server has printed so far.
 server_lines() { wc -l <"$work/server.out"; }
 
 # doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
