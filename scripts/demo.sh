@@ -50,6 +50,7 @@ start_server() {
 		wait "$server_pid" || true
 		port=$((port + 1))
 	done
+	stop_program "$server_pid" || true
 	server_pid=
 	echo "demo: the server did not start:" >&2
 	cat "$out/server" >&2
