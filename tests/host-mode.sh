@@ -341,6 +341,7 @@ test_stopped() {
 	! wait_until "$stage" 90 in_stage "$dir" "$3" || below=$(descendants "$stage")
 	if [ -z "$below" ]; then
 		why="never got to '$3'"
+		signal_job "$stage" group INT 30 || true
 	elif ! signal_job "$stage" group INT 30; then
 		why="it still ran 30 s after SIGINT"
 	elif [ "$job_status" != 130 ]; then
