@@ -417,9 +417,9 @@ test_leftover() {
 	for name in $names; do
 		ip link add "$name" type dummy && ip link set "$name" up &&
 			ip addr add "198.18.0.$((i++))/32" dev "$name" &&
-			rdma link add "$name" type rxe netdev "$name"
+			rdma link add "$name" type rxe netdev "$name" || why+="could not make $name; "
 	done
-	"$top/scripts/soft-roce.sh" true >"$log" 2>&1 || why="soft-roce.sh true failed; "
+	"$top/scripts/soft-roce.sh" true >"$log" 2>&1 || why+="soft-roce.sh true failed; "
 	for name in $names; do
 		grep -q "^soft-roce: removing $name, left by a run that has ended\$" "$log" ||
 			why+="it did not say it removed $name; "
