@@ -220,7 +220,7 @@ test_interrupt() {
 		fail "$name" "the client never streamed: $(tail -n 5 "$dir/log" | tr '\n' '|')"
 		return
 	fi
-	[ -z "$reader" ] || { kill "$reader"; wait "$reader" 2>/dev/null || true; }
+	[ -z "$reader" ] || { kill "$reader" 2>/dev/null; wait "$reader" 2>/dev/null; } || true
 	signal_job "$harness" "$target" "$sig" 20 || why="the harness still runs 20 s after SIG$sig"
 	want=$((128 + $(kill -l "$sig")))
 	left=$(ours "$dir")
