@@ -443,12 +443,13 @@ test_leftover() {
 test_lock_not_users() {
 	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 why=''
 	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && when_finished "rmdir /run/lock"; }
+	rm -f "$lock.held"
 	# shellcheck disable=SC2016 # the user's shell expands them
 	setpriv --reuid=nobody --regid=nogroup --clear-groups bash -c \
-		'[ -e "$1" ] || : >"$1"; exec 9<"$1"; flock 9; exec sleep 600' _ "$lock" &
+		'[ -e "$1" ] || : >"$1"; exec 9<"$1"; flock 9; : >"$1.held"; exec sleep 600' _ "$lock" &
 	holder=$!
-	when_finished "kill $holder 2>/dev/null; wait $holder 2>/dev/null; rm -f $lock"
-	sleep 1
+	when_finished "kill $holder 2>/dev/null; wait $holder 2>/dev/null; rm -f $lock $lock.held"
+	wait_until "$holder" 30 test -e "$lock.held" || true
 	timeout 240 "$top/scripts/soft-roce.sh" true >"$work/lock.log" 2>&1 || status=$?
 	finish
 	[ "$status" = 0 ] ||
