@@ -205,7 +205,7 @@ try_own() {
 	# RDMA_ADDR2, and RDMA_ADDR6 where IPv6 is on, go on $OWN.
 	if [ -z "$err" ] && addr2=$(own_address); then
 		err=$(ip addr add "$addr2/32" dev "$OWN" 2>&1) || true
-		err=${err:+"$OWN, a dummy interface on $addr: $err"}
+		err=${err:+"$OWN, a second address $addr2: $err"}
 	fi
 	addr6=fd52:444d:4100::${addr##*.}
 	ip -6 addr add "$addr6/128" dev "$OWN" nodad 2>/dev/null || addr6=
