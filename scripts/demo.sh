@@ -14,9 +14,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 server=${DEMO_SERVER:-rdma_srq_pool_server_ev}
 client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100 --step)
 port=7471
-server_pid=
-client_pid=
-out=''
+server_pid='' client_pid='' out=''
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	[ -z "$client_pid" ] || kill "$client_pid" 2>/dev/null || true
@@ -29,13 +27,10 @@ out=$(mktemp -d)
 # until_line FILE REGEX PID: wait (20 s at most, and only while process
 # PID runs) for a line of FILE matching REGEX, or say what did not come.
 until_line() {
-	local status=0
-	await_line "$1" "$2" 20 "$3" || status=$?
-	case $status in
-	0) return 0 ;;
-	2) echo "demo: it ended before a line matching '$2'" >&2 ;;
-	*) echo "demo: no line matching '$2' in 20 s" >&2 ;;
-	esac
+	local why="no line matching '$2' in 20 s"
+	await_line "$1" "$2" 20 "$3" && return 0
+	[ $? != 2 ] || why="it ended before a line matching '$2'"
+	echo "demo: $why" >&2
 	return 1
 }
 
@@ -63,7 +58,7 @@ start_server() {
 # row 0.2 s apart).  So up to 4 s; on failure, its error.
 resources() {
 	local try out
-	for try in 1 2 3 4 5 6 7 8 9 10; do
+	for try in {1..10}; do
 		out=$(rdma resource show "$1" 2>&1) && { echo "$out"; return 0; }
 		[ "$try" = 10 ] || sleep 0.4
 	done
@@ -76,10 +71,8 @@ resources() {
 kernel_view() {
 	local what listed pids="$server_pid ${client_pid:-}"
 	for what in "$@"; do
-		if ! listed=$(resources "$what"); then
-			printf '  %-6s (rdma resource show failed: %s)\n' "$what" "$listed"
-			continue
-		fi
+		listed=$(resources "$what") ||
+			{ printf '  %-6s (rdma resource show failed: %s)\n' "$what" "$listed"; continue; }
 		awk -v what="$what" -v pids="$pids" '
 			BEGIN { n = split(pids, p, " "); for (i = 1; i <= n; i++) ours[p[i]] = 1 }
 			{
