@@ -59,7 +59,7 @@ suggest_netdev() {
 }
 
 rping_works() {
-	local addr=$1 port server
+	local addr=$1 port server ok=''
 	rping_error=''
 	command -v rping >/dev/null ||
 		{ rping_error="no rping to check with (scripts/deps.sh run installs it)"; return 1; }
@@ -76,21 +76,16 @@ rping_works() {
 		server=$!
 		# The client does not wait for the server to listen: retry while
 		# the server is there (a loaded machine is slow to start it).
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			if rping_error=$(timeout --foreground 10 rping -c -a "$addr" -p "$port" -C 1 2>&1 >/dev/null); then
-				rping_stop "$server"
-				return 0
-			fi
+		for _ in {1..10}; do
+			rping_error=$(timeout --foreground 10 rping -c -a "$addr" -p "$port" -C 1 2>&1 >/dev/null) &&
+				{ ok=1; break; }
 			kill -0 "$server" 2>/dev/null || break
 			sleep 0.5
 		done
-		rping_stop "$server"
+		kill "$server" 2>/dev/null || true
+		wait "$server" || true
+		[ -z "$ok" ] || return 0
 	done
 	rping_error=${rping_error:-no answer}
 	return 1
-}
-
-rping_stop() {
-	kill "$1" 2>/dev/null || true
-	wait "$1" || true
 }
