@@ -215,8 +215,7 @@ test_interrupt() {
 		"$dir" "$top" >"$dir/log" 2>"$err"
 	harness=$!
 	if ! wait_until "$harness" 60 grep -qs '^granted ' "$dir/client"; then
-		kill -TERM "$harness" 2>/dev/null || true
-		wait "$harness" || true
+		signal_job "$harness" alone TERM 20 || true
 		fail "$name" "the client never streamed: $(tail -n 5 "$dir/log" | tr '\n' '|')"
 		return
 	fi
@@ -338,15 +337,10 @@ test_stopped() {
 	HOST_MODE_TESTS=$2 TMPDIR=$dir as_job env --default-signal=INT "$top/tests/host-mode.sh" \
 		>"$dir/log" 2>&1
 	stage=$!
-	! wait_until "$stage" 90 in_stage "$dir" "$3" || below=$(descendants "$stage")
-	if [ -z "$below" ]; then
-		why="never got to '$3'"
-		signal_job "$stage" group INT 30 || true
-	elif ! signal_job "$stage" group INT 30; then
-		why="it still ran 30 s after SIGINT"
-	elif [ "$job_status" != 130 ]; then
-		why="it exited $job_status, not by SIGINT (130)"
-	fi
+	wait_until "$stage" 90 in_stage "$dir" "$3" || why="never got to '$3'"
+	below=$(descendants "$stage")
+	signal_job "$stage" group INT 30 || why=${why:-"it still ran 30 s after SIGINT"}
+	[ -n "$why" ] || [ "$job_status" = 130 ] || why="it exited $job_status, not by SIGINT (130)"
 	sleep 1
 	# shellcheck disable=SC2086 # PIDs, one word each
 	below=$(alive $below)
@@ -406,7 +400,7 @@ modules_restore() {
 # its cleanup (SIGKILL): the next run says so, removes them and makes its
 # own, rather than taking them for the machine's.
 test_leftover() {
-	local log=$work/leftover.log before why='' name i=200 ended names left
+	local log=$work/leftover.log before why='' name i=200 ended names
 	before=$(machine_state devices)
 	modprobe -a rdma_rxe rdma_ucm dummy
 	# Named by the PID of a process that has ended, as such a run's are.
@@ -425,14 +419,11 @@ test_leftover() {
 			why+="it did not say it removed $name; "
 	done
 	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
-	left=$(left_behind "$before" devices)
-	if [ -n "$left" ]; then
-		why+=$left
-		for name in $names; do
-			rdma link delete "$name" 2>/dev/null || true
-			ip link delete "$name" 2>/dev/null || true
-		done
-	fi
+	why+=$(left_behind "$before" devices)
+	for name in $names; do # (gone already if it passed)
+		rdma link delete "$name" 2>/dev/null || true
+		ip link delete "$name" 2>/dev/null || true
+	done
 	pass_unless leftover_removed "${why:+$why: $(tr '\n' '|' <"$log")}"
 	modules_restore
 }
