@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# soft-roce.sh CMD [ARGS...]: run CMD where an RDMA device works, with
-# RDMA_ADDR set to the IPv4 address clients should connect to (servers
-# listen on 0.0.0.0) and RDMA_DEV to the device's name. Exits with CMD's
-# status.
+# soft-roce.sh CMD [ARGS...]: run CMD, and exit with its status, where an
+# RDMA device works, with RDMA_ADDR set to the IPv4 address clients should
+# connect to (servers listen on 0.0.0.0) and RDMA_DEV to the device's name.
 #
 # Soft-RoCE (the rdma_rxe kernel module, "rxe") makes an RDMA device out of
 # an ordinary network interface: the same verbs and rdma_cm calls as with a
@@ -15,16 +14,15 @@
 #   3. As root, on this machine's kernel: Soft-RoCE on an interface of its
 #      own, a dummy with two addresses from 198.18.0.0/15, the benchmarking
 #      range (a /32 on a dummy: packets to it never leave this machine); the
-#      second, RDMA_ADDR2, is for tests that need a second peer address, and
-#      an IPv6 one, RDMA_ADDR6 (fd52:444d:4100::N, where N ends RDMA_ADDR),
-#      for tests of IPv6.
-#      Both are named rxe_demo<PID>, after this script's process: two runs
-#      at once each have their own, and one whose run has ended (killed
-#      with SIGKILL) is reported and removed, never taken for a device of
+#      second, RDMA_ADDR2, for tests that need a second peer address, and an
+#      IPv6 one, RDMA_ADDR6 (fd52:444d:4100::N, N ending RDMA_ADDR), for
+#      tests of IPv6.  Both are named rxe_demo<PID>, after this script's
+#      process: two runs at once each have their own, and one whose run has
+#      ended (SIGKILL) is reported and removed, never taken for a device of
 #      the machine.  Never lo: rdma_cm cannot route to 127.0.0.1 on any
 #      kernel.  With SOFT_ROCE_DEVICES=2, a second device and interface,
-#      rxe_dem2<PID>, with an address of its own: RDMA_DEV2 and
-#      RDMA_ADDR_DEV2, for tests of a server that serves every device.
+#      rxe_dem2<PID>, with an address of its own (RDMA_DEV2, RDMA_ADDR_DEV2)
+#      for tests of a server that serves every device.
 #   4. Where this kernel has no rdma_rxe: a VM whose kernel has it
 #      (scripts/vm-run.sh), in which this script runs again and takes 3.
 # SOFT_ROCE_MODE=host stops before 4; SOFT_ROCE_MODE=vm goes to 4 at once.
@@ -51,9 +49,7 @@ OWN=$PREFIX$$ OWN2=$PREFIX2$$
 # What the traps undo: the modules this run loaded, CMD's session.
 loaded_modules=() cmd_sid='' cmd_name=''
 
-say() {
-	echo "soft-roce: $*" >&2
-}
+say() { echo "soft-roce: $*" >&2; }
 
 # run_alive NAME: true if NAME's soft-roce.sh (its PID ends NAME) still runs.
 run_alive() {
@@ -178,15 +174,13 @@ try_own() {
 	local addr addr2 addr6 err='' locks name names=("$OWN") addrs=() i
 	[ "$(id -u)" = 0 ] || { why_not="only root can make one (rdma link add)"; return 1; }
 	# Ubuntu keeps rdma_rxe in a package of its own for each kernel.
-	if [ "$(rxe_module)" = none ]; then
-		if ! err=$("$here/deps.sh" rxe 2>&1); then
-			# deps.sh's last line says why: no package adds it, or
-			# the package manager's own error (no network, a lock).
-			why_not="this kernel ($(uname -r)) has no rdma_rxe module: ${err##*$'\n'}"
-			return 1
-		fi
-		[ -z "$err" ] || echo "$err" >&2
+	if [ "$(rxe_module)" = none ] && ! err=$("$here/deps.sh" rxe 2>&1); then
+		# deps.sh's last line says why: no package adds it, or the
+		# package manager's own error (no network, a lock).
+		why_not="this kernel ($(uname -r)) has no rdma_rxe module: ${err##*$'\n'}"
+		return 1
 	fi
+	[ -z "$err" ] || echo "$err" >&2
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
 	[ "${SOFT_ROCE_DEVICES:-1}" != 2 ] || names+=("$OWN2")
 	# Two runs at once must not take one address: choosing it and putting
