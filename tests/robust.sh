@@ -155,17 +155,18 @@ expect_lines() {
 # nothing is in use, stats_whole), for up to 10 s; prints the last answer.
 # (The log is only ever read: the server keeps writing to that very file.)
 # A server that is gone answers that it is: a kill that fails would end
-# the whole stage under set -e, where its tests should fail by name.
+# the whole stage under set -e, where its tests should fail by name. An
+# answer from before the call says nothing of now: one that is late is
+# no answer, not the last one the log holds.
 stats_idle() {
-	local answer='' i j seen
+	local answer='' i j first seen
+	first=$(stats_answers)
 	for ((i = 0; i < 20; i++)); do
-		seen=$(grep -c '^stats connections=' "$work/server.out" || true)
+		seen=$(stats_answers)
 		kill -USR1 "$server_pid" 2>/dev/null || { answer="no answer: server pid ${server_pid:-none} is gone"; break; }
-		for ((j = 0; j < 20; j++)); do
-			[ "$(grep -c '^stats connections=' "$work/server.out" || true)" -le "$seen" ] || break
-			sleep 0.05
-		done
-		answer=$(awk '/^stats / { b = b $0 "\n" }
+		for ((j = 0; j < 20 && $(stats_answers) <= seen; j++)); do sleep 0.05; done
+		answer="no answer: server pid $server_pid has not answered SIGUSR1"
+		(($(stats_answers) <= first)) || answer=$(awk '/^stats / { b = b $0 "\n" }
 			/^stats connections=/ { last = b; b = "" }
 			END { printf "%s", last }' "$work/server.out")
 		"${1:-totals_whole}" "$answer" >/dev/null && break
@@ -173,6 +174,9 @@ stats_idle() {
 	done
 	echo "$answer"
 }
+
+# stats_answers: how many answers to SIGUSR1 the server's log holds.
+stats_answers() { grep -c '^stats connections=' "$work/server.out" || true; }
 
 totals_whole() {
 	stats_whole "$(tail -n 1 <<<"$1")"
