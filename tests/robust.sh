@@ -124,9 +124,7 @@ test_memlock() {
 
 # peer_steps NAME PORT STEP...: run ctrl_peer; its lines in $work/NAME.out.
 peer_steps() {
-	local name=$1 port=$2
-	shift 2
-	timeout 60 "$peer" "$RDMA_ADDR" "$port" "$@" >"$work/$name.out" 2>"$work/$name.err"
+	timeout 60 "$peer" "$RDMA_ADDR" "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"
 }
 
 # peer_bg NAME PORT [--no-rtu] STEP...: the same in the background, for up
@@ -135,8 +133,7 @@ peer_bg() {
 	local name=$1 port=$2 opts=()
 	shift 2
 	[ "${1:-}" != --no-rtu ] || { opts=(--no-rtu); shift; }
-	timeout 120 "$peer" "${opts[@]}" "$RDMA_ADDR" "$port" "$@" \
-		>"$work/$name.out" 2>"$work/$name.err" &
+	timeout 120 "$peer" "${opts[@]}" "$RDMA_ADDR" "$port" "$@" >"$work/$name.out" 2>"$work/$name.err" &
 	peer_pid=$!
 }
 
