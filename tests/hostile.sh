@@ -236,11 +236,10 @@ test_invalidate() {
 
 # Settings the device cannot take are refused at start, by name.
 test_device_limits() {
-	local s=$1
-	expect_error "$s/device_limits/srq_depth_beyond_cq" 20 \
-		'srq-depth 40000 .*need a CQ.*max_cqe' \
+	local s=$1 t=$1/device_limits
+	expect_error "$t/srq_depth_beyond_cq" 20 'srq-depth 40000 .*need a CQ.*max_cqe' \
 		"$top/$s" --port 0 --srq-depth 40000
-	pass_unless "$s/device_limits/never_listens" "$(sed -n 's/^listen /it listened first: &/p' "$work/cmd.out")"
+	pass_unless "$t/never_listens" "$(sed -n 's/^listen /it listened first: &/p' "$work/cmd.out")"
 }
 
 # server_into_fifo PROGRAM READER [--stderr-too] [OPTIONS...]: the

@@ -45,8 +45,7 @@ test_client_args() {
 # user's terminal: retitle it, move its cursor, rewrite what it shows).
 test_client_rejection_escaped() {
 	local t=client_args/rejection_escaped pid port status=0
-	"$top/tests/bad_server" "$RDMA_ADDR" $'busy\e]0;owned\a' \
-		>"$work/bad.out" 2>"$work/bad.err" &
+	"$top/tests/bad_server" "$RDMA_ADDR" $'busy\e]0;owned\a' >"$work/bad.out" 2>"$work/bad.err" &
 	pid=$!
 	port=$(listen_port "$work/bad.out" "$pid") ||
 		{ fail "$t" "bad_server did not listen: $(head -c 300 "$work/bad.err")"; end_jobs "$pid"; return; }
@@ -92,8 +91,7 @@ test_server_args() {
 	expect_error "$t/extra_argument" 5 "unexpected argument 'extra'" "$top/$s" extra
 	# shellcheck disable=SC2016 # expanded by sh
 	needs_root "$t/no_rdma_device" "hide the device in a mount namespace" &&
-		expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" \
-		unshare --mount sh -c \
+		expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" unshare --mount sh -c \
 		'mount -t tmpfs none /sys/class/infiniband_verbs &&
 		 mount -t tmpfs none /dev/infiniband && exec "$0" --port 0' "$top/$s"
 	test_memlock "$s"
@@ -267,8 +265,7 @@ test_oversized_message() {
 test_client_killed() {
 	local s=$1 port=$2 t=$1/client_killed grant qp why
 	# Not through run_client: $! must be the client itself, not a subshell.
-	"$client" --port "$port" "$RDMA_ADDR" 16384 -n 4000000 -k 64 \
-		>"$work/victim.out" 2>"$work/victim.err" &
+	"$client" --port "$port" "$RDMA_ADDR" 16384 -n 4000000 -k 64 >"$work/victim.out" 2>"$work/victim.err" &
 	local pid=$!
 	await_line "$work/victim.out" '^doorbell seq=' 20 ||
 		{ fail "$t" "the victim never rang a doorbell: $(head -c 300 "$work/victim.err")"; end_jobs "$pid"; return; }
@@ -758,8 +755,7 @@ test_isolation_unprivileged() {
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
 	as_user 2048
 	rm -f "$work"/*.out "$work"/*.err
-	"${nobody_cmd[@]}" "$open_top/$s" --port 0 --isolation mr \
-		>"$work/server.out" 2>"$work/server.err" &
+	"${nobody_cmd[@]}" "$open_top/$s" --port 0 --isolation mr >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	port=$(listen_port "$work/server.out" "$server_pid") ||
 		{ give_up "$t" "the server did not listen: $(head -c 300 "$work/server.err")"; return; }
