@@ -4,10 +4,12 @@
 # cost the server nothing lasting. Sourced by e2e.sh after lib.sh and
 # robust.sh; each test starts a server of its own.
 
-# server_end T: every place and chunk back once the peers are gone, and
-# the server exits 0 on SIGINT.
+# server_end T [NAME [PID...]]: every place and chunk back (T/NAME, by
+# default T/nothing_lost), the peers PID then ended, and the server exits
+# 0 on SIGINT.
 server_end() {
-	expect_stats "$1/nothing_lost"
+	expect_stats "$1/${2:-nothing_lost}"
+	[ $# -lt 3 ] || end_jobs "${@:3}"
 	stop_server || fail "$1/server_survives" "exit status $?"
 }
 
@@ -147,9 +149,7 @@ test_keepalive() {
 	pass_if "$t/vanished_peer_closed" "no 'close $qp reason=peer_silent' within 8 s" \
 		await_line "$work/server.out" "^close $qp reason=peer_silent\$" 8
 	# Its place and slice come back while it still sleeps.
-	expect_stats "$t/vanished_peer_freed"
-	end_jobs "$peer_pid"
-	stop_server || fail "$t/server_survives" "exit status $?"
+	server_end "$t" vanished_peer_freed "$peer_pid"
 }
 
 # A write past the end of the pool's region breaks the server's QP (on rxe
@@ -167,9 +167,7 @@ test_broken_qp() {
 	else
 		fail "$t/closed_with_reason" "the write past the pool was not refused: $(cat "$work/broken.out")"
 	fi
-	expect_stats "$t/place_freed"
-	end_jobs "$peer_pid"
-	stop_server || fail "$t/server_survives" "exit status $?"
+	server_end "$t" place_freed "$peer_pid"
 }
 
 # Under --isolation mr a client's key opens its own slice only, but a key
