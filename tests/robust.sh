@@ -201,7 +201,7 @@ expect_served() {
 # for each, on one connection that stays up, while a normal client streams
 # beside it undisturbed.
 test_bad_messages() {
-	local s=$1 port=$2 t=$1/bad_messages m=0x52444d41 status=0 bystander
+	local port=$2 t=$1/bad_messages m=0x52444d41 status=0 bystander
 	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
 	bystander=$!
 	peer_steps bad "$port" \
@@ -229,7 +229,7 @@ test_bad_messages() {
 
 # The edges of the 32-bit size field, each on a connection of its own.
 test_size_edges() {
-	local s=$1 port=$2 t=$1/size_edges i want
+	local port=$2 t=$1/size_edges i want
 	local names=(1 4096 pool pool+1 4294967295)
 	local sizes=(1 4096 "$server_pool" $((server_pool + 1)) 4294967295)
 	local granted=(4096 4096 "$server_pool" denied denied)
@@ -246,7 +246,7 @@ test_size_edges() {
 # and ends that connection, and only that one: a client streaming beside
 # it sees every doorbell through.
 test_oversized_message() {
-	local s=$1 port=$2 t=$1/oversized_message bystander status=0
+	local port=$2 t=$1/oversized_message bystander status=0
 	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
 	bystander=$!
 	await_line "$work/bystander.out" '^doorbell seq=' 20 || true
@@ -263,7 +263,7 @@ test_oversized_message() {
 # A client killed in the middle of its stream: the server notices, frees its
 # slice and destroys its QP, and serves the next client.
 test_client_killed() {
-	local s=$1 port=$2 t=$1/client_killed grant qp why
+	local port=$2 t=$1/client_killed grant qp why
 	# Not through run_client: $! must be the client itself, not a subshell.
 	"$client" --port "$port" "$RDMA_ADDR" 16384 -n 4000000 -k 64 >"$work/victim.out" 2>"$work/victim.err" &
 	local pid=$!
@@ -293,7 +293,7 @@ test_client_killed() {
 # never raises LAST_WQE_REACHED), and the pool and the connection count
 # are back to zero afterwards.
 test_cycles() {
-	local s=$1 port=$2 t=$1/cycles_200 i bad=0 start
+	local port=$2 t=$1/cycles_200 i bad=0 start
 	start=$(wc -l <"$work/server.out")
 	for ((i = 0; i < 200; i++)); do
 		run_client cycle "$port" "$RDMA_ADDR" $((4096 * (i % 7 + 1))) -n 64 -k 16 || bad=$((bad + 1))
