@@ -74,9 +74,7 @@ other_address_served() {
 }
 
 # qps_of PID: how many RC QPs the kernel lists for process PID.
-qps_of() {
-	rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || true
-}
+qps_of() { rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || true; }
 
 # Half-open connections from one address, each closed at the deadline and
 # opened again at once, could hold every place. At most

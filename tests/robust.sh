@@ -121,9 +121,7 @@ test_memlock() {
 }
 
 # peer_steps NAME PORT STEP...: run ctrl_peer; its lines in $work/NAME.out.
-peer_steps() {
-	timeout 60 "$peer" "$RDMA_ADDR" "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"
-}
+peer_steps() { timeout 60 "$peer" "$RDMA_ADDR" "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"; }
 
 # peer_bg NAME PORT [--no-rtu] STEP...: the same in the background, for up
 # to 120 s; its pid in $peer_pid (timeout's own: it passes a kill on).
@@ -173,9 +171,8 @@ stats_idle() {
 # stats_answers: how many answers to SIGUSR1 the server's log holds.
 stats_answers() { grep -c '^stats connections=' "$work/server.out" || true; }
 
-totals_whole() {
-	stats_whole "$(tail -n 1 <<<"$1")"
-}
+# totals_whole ANSWER: stats_whole on the answer's last line, the totals.
+totals_whole() { stats_whole "$(tail -n 1 <<<"$1")"; }
 
 # expect_stats NAME: once every client has gone, nothing in use or lost.
 expect_stats() {
@@ -440,9 +437,7 @@ test_burst_at_the_limit() {
 
 # hw_counter NAME: the device's port counter NAME (rxe has them in sysfs),
 # or nothing if there is none.
-hw_counter() {
-	cat "/sys/class/infiniband/$RDMA_DEV/ports/1/hw_counters/$1" 2>/dev/null || true
-}
+hw_counter() { cat "/sys/class/infiniband/$RDMA_DEV/ports/1/hw_counters/$1" 2>/dev/null || true; }
 
 # 32 clients at once against a deliberately small SRQ: receivers are not
 # always ready, the NICs retry, and every doorbell still arrives intact.
