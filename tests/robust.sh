@@ -146,11 +146,10 @@ expect_lines() {
 # answer (a "stats device=..." line per device, then the totals, "stats
 # connections=...") passes WHY ANSWER (by default: the totals say that
 # nothing is in use, stats_whole), for up to 10 s; prints the last answer.
+# Only answers since the call count: an older one says nothing of now.
 # (The log is only ever read: the server keeps writing to that very file.)
 # A server that is gone answers that it is: a kill that fails would end
-# the whole stage under set -e, where its tests should fail by name. An
-# answer from before the call says nothing of now: one that is late is
-# no answer, not the last one the log holds.
+# the whole stage under set -e, where its tests should fail by name.
 stats_idle() {
 	local answer='' i j first seen
 	first=$(stats_answers)
