@@ -458,10 +458,7 @@ test_load() {
 	own_server "$t" "$s" --srq-depth 4 --handshakes-per-source 32 || return 0
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
-		(
-			renice -n "${LOAD_NICE:-19}" -p "$BASHPID" >/dev/null
-			run_client "l$i" "$server_port" "$RDMA_ADDR" 8192 -n 2000 -k 16
-		) &
+		(renice -n "${LOAD_NICE:-19}" -p "$BASHPID" >/dev/null; run_client "l$i" "$server_port" "$RDMA_ADDR" 8192 -n 2000 -k 16) &
 		pids+=("$!")
 	done
 	for i in "${!pids[@]}"; do
