@@ -97,6 +97,19 @@ test_deps() {
 	expect_deps almalinux-9.6 "build run" "deps: $note|deps: AlmaLinux 9.6 (Sage Margay), build run: dnf install -y $RH_BUILD_RUN"
 }
 
+# fails_saying T STATUS OUT GREP_ARG...: T, a command that must refuse,
+# passes if it exited STATUS, not 0, and grep GREP_ARG... finds the line in
+# its output OUT that says why.
+fails_saying() {
+	local why=''
+	if [ "$2" = 0 ]; then
+		why="it went on (exit 0): $(tail -n 3 "$3" | paste -sd'|')"
+	elif ! grep -q "${@:4}" "$3"; then
+		why="exited $2, with no line '${*: -1}': $(tail -n 3 "$3" | paste -sd'|')"
+	fi
+	pass_unless "$1" "$why"
+}
+
 test_unknown_system() {
 	local t=deps/unknown_system status=0 out=$work/unknown.out why=''
 	OS_RELEASE=$fixtures/arch "$deps" --dry-run build run >"$out" 2>&1 || status=$?
@@ -112,7 +125,7 @@ test_unknown_system() {
 
 # build/ made by root's make: a user's make names it and its owner, at once.
 test_root_build() {
-	local t=make/root_owned_build dir status=0 out=$work/root-build.out why=''
+	local t=make/root_owned_build dir status=0 out=$work/root-build.out
 	needs_root "$t" "make a build/ that is not the user's" || return 0
 	open_copy # a folder nobody can reach
 	dir=$open_top/root-build
@@ -120,12 +133,7 @@ test_root_build() {
 	cp "$top/Makefile" "$dir/"
 	chown nobody "$dir"
 	"${NOBODY[@]}" make -C "$dir" build/flags >"$out" 2>&1 || status=$?
-	if [ "$status" = 0 ]; then
-		why="make build/flags as nobody went on: $(head -c 300 "$out")"
-	elif ! grep -qF "build/ is root's, not yours to write" "$out"; then
-		why="no line naming build/ and its owner: $(head -c 300 "$out")"
-	fi
-	pass_unless "$t" "$why"
+	fails_saying "$t" "$status" "$out" -F "build/ is root's, not yours to write"
 }
 
 # As an ordinary user, deps.sh installs nothing: it prints one command to
@@ -202,32 +210,22 @@ test_doctor_container_memlock() {
 # A development package missing (pkg-config finds neither library in an
 # empty directory): make names it rather than failing to link.
 test_make_names_the_package() {
-	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc want why=''
+	local t=make/names_missing_package status=0 out=$work/make.out empty=$work/pc want
 	want=$(read_os_release; echo "$(packages_of libibverbs) $(packages_of librdmacm)" |
 		tr ' ' '\n' | awk '!seen[$0]++' | paste -sd' ')
 	mkdir -p "$empty"
 	PKG_CONFIG_LIBDIR=$empty PKG_CONFIG_PATH='' make -s -C "$top" check-build >"$out" 2>&1 || status=$?
-	if [ "$status" = 0 ]; then
-		why="make check-build passed without the libraries"
-	elif ! grep -q "missing for build: libibverbs librdmacm; install with: sudo .* $want\$" "$out"; then
-		why="no line naming $want: $(head -c 300 "$out")"
-	fi
-	pass_unless "$t" "$why"
+	fails_saying "$t" "$status" "$out" "missing for build: libibverbs librdmacm; install with: sudo .* $want\$"
 }
 
 # A clone's path with a space, which make split (make bench handed bench.sh
 # two arguments): make refuses it at once, naming it, whatever the target.
 test_space_in_path() {
-	local t=make/space_in_path dir="$work/with space" status=0 out=$work/space.out why=''
+	local t=make/space_in_path dir="$work/with space" status=0 out=$work/space.out
 	mkdir -p "$dir"
 	cp "$top/Makefile" "$dir/"
 	make -n -C "$dir" bench >"$out" 2>&1 || status=$?
-	if [ "$status" = 0 ]; then
-		why="make -n bench in '$dir' went on: $(head -n 3 "$out" | paste -sd' ')"
-	elif ! grep -qF "'$dir' has a space in it" "$out"; then
-		why="no line naming '$dir': $(head -c 300 "$out")"
-	fi
-	pass_unless "$t" "$why"
+	fails_saying "$t" "$status" "$out" -F "'$dir' has a space in it"
 }
 
 # make test and make test SANITIZE=1 at once in one checkout: the second
@@ -278,12 +276,9 @@ test_no_network() {
 		why="exited $status, not 1 with a line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
 	fi
 	pass_unless no_network/deps "$why"
-	status=0 why=''
+	status=0
 	KERNEL_CACHE=$work/nonet-kernels unshare --net "$top/scripts/vm-kernel.sh" >"$out" 2>&1 || status=$?
-	if [ "$status" = 0 ] || ! grep -q "^vm-kernel: cannot reach Debian's archive (.*): give this machine the network" "$out"; then
-		why="exited $status, with no line naming the archive: $(tail -n 3 "$out" | paste -sd'|')"
-	fi
-	pass_unless no_network/vm_kernel "$why"
+	fails_saying no_network/vm_kernel "$status" "$out" "^vm-kernel: cannot reach Debian's archive (.*): give this machine the network"
 }
 
 # A KERNEL_CACHE with a space cannot reach the VM's kernel command line:
