@@ -466,19 +466,16 @@ test_packaging() {
 # unpack, from a stand-in apt-get and apt-cache, so nothing is downloaded)
 # says what failed, exits non-zero and leaves no staging folder behind.
 test_vm_kernel_failed_fetch() {
-	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt cache=$work/kernels status=0 left why=''
+	local t=vm_kernel/failed_fetch_leaves_nothing bin=$work/fake-apt cache=$work/kernels status=0 left
 	stand_in "$bin/apt-cache" '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n'
 	stand_in "$bin/apt-get" '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n'
 	KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/vm-kernel.err" || status=$?
 	left=$(find "$cache" -mindepth 1 -maxdepth 1 -name 'fetch.*' 2>/dev/null) || true
-	if [ "$status" = 0 ]; then
-		why="it exited 0 with a package that does not unpack"
-	elif ! grep -q 'cannot unpack linux-image-0.0-fake' "$work/vm-kernel.err"; then
-		why="it did not say what failed: $(tail -n 2 "$work/vm-kernel.err" | paste -sd' ')"
-	elif [ -n "$left" ]; then
-		why="it left $left behind"
+	if [ -n "$left" ]; then
+		fail "$t" "it left $left behind"
+	else
+		fails_saying "$t" "$status" "$work/vm-kernel.err" 'cannot unpack linux-image-0.0-fake'
 	fi
-	pass_unless "$t" "$why"
 }
 
 # Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
