@@ -513,11 +513,9 @@ test_vm_kernel_no_rxe_in_boot() {
 	# /boot is the very version fetched for the VMs. The VM boots the
 	# fetched copy, which has rdma_rxe.
 	t=vm_kernel/fetched_version_in_boot_too
-	if fetched=$("$top/scripts/vm-kernel.sh" 2>"$work/fetch.err"); then
-		no_rxe_in_boot "$t" "$fetched"
-	else
-		fail "$t" "vm-kernel.sh failed: $(tail -n 2 "$work/fetch.err" | paste -sd' ')"
-	fi
+	fetched=$("$top/scripts/vm-kernel.sh" 2>"$work/fetch.err") ||
+		{ fail "$t" "vm-kernel.sh failed: $(tail -n 2 "$work/fetch.err" | paste -sd' ')"; return; }
+	no_rxe_in_boot "$t" "$fetched"
 }
 
 # no_rxe_in_boot T VERSION: vm-run.sh uname -r, with kernel VERSION alone
