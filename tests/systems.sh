@@ -97,9 +97,8 @@ test_deps() {
 	expect_deps almalinux-9.6 "build run" "deps: $note|deps: AlmaLinux 9.6 (Sage Margay), build run: dnf install -y $RH_BUILD_RUN"
 }
 
-# fails_saying T STATUS OUT GREP_ARG...: T, a command that must refuse,
-# passes if it exited STATUS, not 0, and grep GREP_ARG... finds the line in
-# its output OUT that says why.
+# fails_saying T STATUS OUT GREP_ARG...: T passes if its command refused,
+# exiting STATUS (not 0), and grep GREP_ARG... finds why in its output OUT.
 fails_saying() {
 	local why=''
 	if [ "$2" = 0 ]; then
