@@ -155,7 +155,7 @@ server_stop() {
 	stop_program "$server_pid" || status=$?
 	server_pid=''
 	server_log
-	[ "$status" = 0 ] || die "the server exited with status $status: $(tail -n 3 "$work/server.err")"
+	[ "$status" = 0 ] || die "the server exited with status $status (124: still running 20 s after SIGINT): $(tail -n 3 "$work/server.err")"
 }
 
 # server_log: what the server said, once it has ended, into logs/servers.out:
