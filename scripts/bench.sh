@@ -166,30 +166,25 @@ server_log() { cat "$work/server.out" "$work/server.err" >>"$out/logs/servers.ou
 # (fields 14 and 15 of /proc/PID/stat; the name in field 2 has no spaces).
 server_cpu() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 
-# server_cpu_ns: the server's time on a CPU so far, in nanoseconds (field 1
-# of /proc/PID/task/TID/schedstat, summed over its threads): the 10 ms
-# ticks of /proc/PID/stat are too coarse for a few hundred doorbells.  Read
-# by bash: starting a program costs a fifth of a second under emulation.
-server_cpu_ns() {
-	local task ns total=0
-	for task in "/proc/$server_pid/task/"*/schedstat; do
-		read -r ns _ <"$task"
-		total=$((total + ns))
-	done
+# sum_first FILE...: the sum of the first numbers of the FILEs.  Read by
+# bash: starting a program costs a fifth of a second under emulation.
+sum_first() {
+	local file n total=0
+	for file; do read -r n _ <"$file"; total=$((total + n)); done
 	echo "$total"
 }
 
+# server_cpu_ns: the server's time on a CPU so far, in nanoseconds (field 1
+# of /proc/PID/task/TID/schedstat, summed over its threads): the 10 ms
+# ticks of /proc/PID/stat are too coarse for a few hundred doorbells.
+server_cpu_ns() { sum_first "/proc/$server_pid/task/"*/schedstat; }
+
 # rnr_naks: "receiver not ready" NAKs the device's responders have sent so
 # far (a doorbell found the SRQ empty; the writer's NIC retries it), or "-"
-# where the device has no such counter.
+# where the device has no such counter (the pattern then matches nothing).
 rnr_naks() {
-	local counter n total=-
-	for counter in /sys/class/infiniband/*/ports/*/hw_counters/send_rnr_err; do
-		[ -r "$counter" ] || continue
-		read -r n <"$counter"
-		total=$((${total#-} + n))
-	done
-	echo "$total"
+	local counters=(/sys/class/infiniband/*/ports/*/hw_counters/send_rnr_err)
+	if [ -r "${counters[0]}" ]; then sum_first "${counters[@]}"; else echo -; fi
 }
 
 # client_run NAME [--size BYTES] ARGS...: one client against the current
