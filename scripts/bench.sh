@@ -34,12 +34,10 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/program-lib.sh"
 
 usage_error() {
-	echo "bench: $*" >&2
-	echo "usage: bench.sh [--smoke | --headline] [--rounds N] [OUTDIR]" >&2
+	printf 'bench: %s\nusage: bench.sh [--smoke | --headline] [--rounds N] [OUTDIR]\n' "$*" >&2
 	exit 2
 }
-mode=full # or smoke, or headline
-head_rounds=''
+mode=full head_rounds='' # mode: full, smoke or headline
 while [ $# -gt 0 ]; do
 	case $1 in
 	--smoke | --headline) mode=${1#--}; shift ;;
@@ -83,9 +81,7 @@ slice=1048576
 scale_k=64
 scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
-client=$top/rdma_pool_client
-ev_server=rdma_srq_pool_server_ev
-tick_server=rdma_pool_server
+ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
 # The servers compared, each "PROGRAM [OPTIONS...]" (the tables and plots
 # name it so): the event-driven server plain (--busy-poll-us 0: it re-arms
 # the CQ at every wake-up) and with its default hybrid polling.
@@ -194,7 +190,7 @@ client_run() {
 	local name=$1 size=$slice
 	shift
 	if [ "${1:-}" = --size ]; then size=$2; shift 2; fi
-	timeout 300 "$client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
+	timeout 300 "$top/rdma_pool_client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
 		"$@" >"$work/$name.out" 2>&1 && return
 	cat "$work/$name.out" >>"$out/logs/clients.out"
 	die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
