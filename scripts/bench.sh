@@ -207,13 +207,9 @@ clients_end() {
 	for name; do files+=("$work/$name.out"); done
 	cat "${files[@]}" >>"$out/logs/clients.out"
 	read -r rung slowest <<<"$(awk '$1 == "done" {
-		for (i = 2; i <= NF; i++) {
-			split($i, kv, "=")
-			f[kv[1]] = kv[2] + 0
-		}
+		for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] + 0 }
 		rung += f["doorbells"]
-		if (f["seconds"] > slowest)
-			slowest = f["seconds"]
+		if (f["seconds"] > slowest) slowest = f["seconds"]
 		n++
 	}
 	END { if (n == ARGC - 1) print rung, slowest + 0 }' "${files[@]}")"
@@ -433,10 +429,7 @@ measure_headline() {
 		say "headline, round $r of $head_rounds"
 		for ((i = 0; i < 3; i++)); do
 			case ${turn[(r + i) % 3]} in
-			perftest)
-				write_bw_list "$head_k"
-				row headline "ib_write_bw -l -Q" "$head_k" - "$r" "$rate" - -
-				;;
+			perftest) write_bw_list "$head_k"; row headline "ib_write_bw -l -Q" "$head_k" - "$r" "$rate" - - ;;
 			"$ev_server") headline_clients "$r" "$ev_server" ev ;;
 			*) headline_clients "$r" "$tick_server" tick ;;
 			esac
@@ -504,8 +497,9 @@ row cpu server idle_s idle_cpu_s load_s load_cpu_s
 # Each server's CPU time while nobody is connected, then while
 # load_clients clients stream load_writes writes each, all at once.
 measure_cpu() {
-	local server hz a b c start end i names from rung slowest
+	local server hz a b c start end i names=() from rung slowest
 	hz=$(getconf CLK_TCK)
+	for ((i = 1; i <= load_clients; i++)); do names+=("load$i"); done
 	for server in "${servers[@]}"; do
 		say "CPU time of $server"
 		server_start "$server"
@@ -513,8 +507,6 @@ measure_cpu() {
 		a=$(server_cpu)
 		sleep "$idle_seconds"
 		b=$(server_cpu)
-		names=()
-		for ((i = 1; i <= load_clients; i++)); do names+=("load$i"); done
 		from=$(($(server_lines) + 1))
 		start=$EPOCHREALTIME
 		clients_at_once load "$load_clients" -n "$load_writes" -k "$load_k" ||
