@@ -8,9 +8,7 @@
 set -euo pipefail
 
 out=$1 checked=$2 mode=$3
-headline=$out/headline.tsv
-rates=$out/rates.tsv
-scale=$out/scale.tsv
+headline=$out/headline.tsv rates=$out/rates.tsv scale=$out/scale.tsv
 stats=$(cat "$(dirname "$0")/stats.awk")
 
 # median FILE WHAT K WINDOW [range]: the median writes/s of those rows of
@@ -23,10 +21,7 @@ median() {
 			if (!n) exit 1
 			sort_values(v, n)
 			m = int(median_of(v, n))
-			if (range && n > 1)
-				printf "%s (%s-%s)\n", m, v[1], v[n]
-			else
-				print m
+			if (range && n > 1) printf "%s (%s-%s)\n", m, v[1], v[n]; else print m
 		}' "$1"
 }
 
@@ -331,9 +326,8 @@ clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
 # The third: the event-driven server's round trip (median, p99) and idle
 # CPU against its busy-poll budget, with the tick loop's round trip as
 # lines; a budget per x position, in the order they ran.
-latency_table | awk -F'\t' '
-	$1 ~ /--busy-poll-us / { n = split($1, w, " "); printf "%d\t%s\t%s\t%s\t%s\n", i++, w[n], $2, $5, $6 }
-' >"$out/busy_poll.dat"
+latency_table | awk -F'\t' '$1 ~ /--busy-poll-us / {
+	n = split($1, w, " "); printf "%d\t%s\t%s\t%s\t%s\n", i++, w[n], $2, $5, $6 }' >"$out/busy_poll.dat"
 read -r tick_median tick_p99 <<<"$(latency_table | awk -F'\t' '$1 == "rdma_pool_server" { print $2, $5 }')"
 budget_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/busy_poll.dat")
 # The idle axis up to the highest idle CPU, and at least 1%: the
@@ -379,7 +373,6 @@ set yrange [*:*]
 set y2label 'idle CPU after serving, % of a core'
 set y2range [0:$idle_top]
 set y2tics
-set key below
 plot '$out/busy_poll.dat' using 1:3 title 'median round trip' with linespoints linewidth 2, \
      '$out/busy_poll.dat' using 1:4 title 'p99 round trip' with linespoints linewidth 2, \
      ${tick_median:-0} title 'rdma_pool_server median' with lines dashtype 2, \
