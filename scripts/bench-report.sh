@@ -130,18 +130,17 @@ headline_section() {
 		done
 	done
 	echo
-	echo "Each round: perftest's run, and for each server the client at" \
-		"W=1 and W=4 against it, $writes writes each run; these three take" \
-		"turns at going first. writes/s: the median (lowest-highest). Round by round: the client's writes/s" \
-		"over perftest's in the same round; the median of the $n ratios and" \
-		"the interval that holds their true median with 95% confidence" \
-		"(order statistics: the j-th lowest to the j-th highest ratio)." \
-		"Two runs of one commit agree when their intervals overlap." \
-		"So: ahead when the whole interval lies above 1," \
-		"behind when below, level when it holds 1. Busiest CPU busy, other" \
-		"CPUs idle: over each client run, connecting included (/proc/stat), the median over the" \
-		"rounds; one CPU busy and the others idle means the work runs on one" \
-		"CPU, and more doorbells in flight (W) cannot spread it."
+	echo "Each round: perftest's run, and for each server the client at W=1 and W=4 against" \
+		"it, $writes writes each run; these three take turns at going first. writes/s:" \
+		"the median (lowest-highest). Round by round: the client's writes/s over" \
+		"perftest's in the same round; the median of the $n ratios and the interval that" \
+		"holds their true median with 95% confidence (order statistics: the j-th lowest" \
+		"to the j-th highest ratio). Two runs of one commit agree when their intervals" \
+		"overlap. So: ahead when the whole interval lies above 1, behind when below," \
+		"level when it holds 1. Busiest CPU busy, other CPUs idle: over each client run," \
+		"connecting included (/proc/stat), the median over the rounds; one CPU busy and" \
+		"the others idle means the work runs on one CPU, and more doorbells in flight (W)" \
+		"cannot spread it."
 	echo
 }
 
@@ -209,12 +208,11 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 	echo "client's best ÷ perftest's: of the medians; round by round: in each" \
 		"round, the client's better W over perftest's run of that round," \
 		"their median (lowest-highest)."
-	echo "Per ibv_post_send() (on rxe, one write(2) to the kernel whatever" \
-		"the list's length: post_send_db() in rdma-core's providers/rxe):" \
-		"ib_write_bw at its defaults posts one write and asks for a" \
-		"completion every 100; with -l K -Q K it posts a list of K writes" \
-		"and asks for one completion per list; the client posts K writes," \
-		"K-1 unsignaled and the doorbell signaled, in one call."
+	echo "Per ibv_post_send() (on rxe, one write(2) to the kernel whatever the list's length:" \
+		"post_send_db() in rdma-core's providers/rxe): ib_write_bw at its defaults posts" \
+		"one write and asks for a completion every 100; with -l K -Q K it posts a list of" \
+		"K writes and asks for one completion per list; the client posts K writes, K-1" \
+		"unsignaled and the doorbell signaled, in one call."
 	echo
 	echo "## What each step is worth (K=$step_k, W=1 unless said)"
 	echo
@@ -288,14 +286,12 @@ EOF
 			$3 / $5, $4 / $5, 1000 * $6 / $4, 100 * $6 / $5, $7, $8
 	}' "$scale"
 	echo
-	echo "Each client: $scaling. writes/s and doorbells/s: all the" \
-		"clients' together, over the wall time from the first client's start" \
-		"to the last one's end (each client's start-up and connection" \
-		"included); the server's CPU time (from /proc/PID/schedstat) is" \
-		"over the same span. Slowest client: the longest of the clients' own" \
-		"stream times, first write to last doorbell. RNR NAKs: doorbells" \
-		"that found the SRQ empty and were retried (the device's" \
-		"send_rnr_err counter)."
+	echo "Each client: $scaling. writes/s and doorbells/s: all the clients' together, over" \
+		"the wall time from the first client's start to the last one's end (each client's" \
+		"start-up and connection included); the server's CPU time (from" \
+		"/proc/PID/schedstat) is over the same span. Slowest client: the longest of the" \
+		"clients' own stream times, first write to last doorbell. RNR NAKs: doorbells" \
+		"that found the SRQ empty and were retried (the device's send_rnr_err counter)."
 	echo
 	echo "![aggregate writes/s against clients](scale.png)"
 } >>"$out/results.md"
