@@ -243,9 +243,8 @@ doorbells_check() {
 			n++
 		}
 		END { print (bad ? -1 : n + 0) }')
-	[ "$seen" = "$rung" ] ||
-		die "the clients rang $rung doorbells, the server saw $seen" \
-			"in order with value == seq (-1: some were not)"
+	[ "$seen" = "$rung" ] || die "the clients rang $rung doorbells, the server saw $seen" \
+		"in order with value == seq (-1: some were not)"
 	doorbells_checked=$((doorbells_checked + rung))
 }
 
@@ -423,8 +422,7 @@ cpu_shares() {
 # round; and in each round perftest and the two servers take turns at
 # going first, so that none is always the one that starts after a pause.
 measure_headline() {
-	local r i
-	local -a turn=(perftest "$ev_server" "$tick_server")
+	local r i turn=(perftest "$ev_server" "$tick_server")
 	for ((r = 1; r <= head_rounds; r++)); do
 		say "headline, round $r of $head_rounds"
 		for ((i = 0; i < 3; i++)); do
@@ -465,8 +463,7 @@ row latency what round median_us p99_us idle_pct
 # asleep within its budget.  Under emulation one client's median swings by
 # 2x from run to run, so every row of the report is a median over many.
 measure_latency() {
-	local r c entry a b idle
-	local -a rows
+	local r c entry a b idle rows
 	say "latency"
 	write_lat
 	row latency ib_write_lat 1 "$lat_row" -
@@ -530,8 +527,7 @@ measure_scale() {
 	for entry in "${scale_servers[@]}"; do
 		say "scaling of $entry"
 		# All the clients come from one address, at once.
-		server_start "$entry" \
-			--pool-size "$((scale_slice * scale_clients[-1]))" \
+		server_start "$entry" --pool-size "$((scale_slice * scale_clients[-1]))" \
 			--handshakes-per-source "${scale_clients[-1]}"
 		# The first client makes the server open the device (pool MR,
 		# SRQ, CQ: verbs_open), once; that is not what the rows measure.
