@@ -50,6 +50,9 @@ latency_table() {
 		}' "$out/latency.tsv"
 }
 
+# heading TEXT: a heading of results.md, and the blank line after it.
+heading() { printf '## %s\n\n' "$*"; }
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 # What bench.sh ran: the shell assignments it wrote.
@@ -118,8 +121,7 @@ headline_section() {
 	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
 	n=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$headline")
 	pt=$(median "$headline" "ib_write_bw -l -Q" "$k" - range)
-	echo "## The headline: K=$k against ib_write_bw -s 4 -l $k -Q $k, $n rounds"
-	echo
+	heading "The headline: K=$k against ib_write_bw -s 4 -l $k -Q $k, $n rounds"
 	echo "| writer | writes/s | ÷ perftest, round by round | its 95% interval | lowest-highest | so | busiest CPU busy | other CPUs idle |"
 	echo "|---|---:|---:|---:|---:|---|---:|---:|"
 	echo "| ib_write_bw -s 4 -R -l $k -Q $k | $pt | 1.00 | - | - | - | - | - |"
@@ -164,8 +166,7 @@ read -r -a wins <<<"$(awk -F'\t' 'NR > 1 && $1 == "client" { print $3 }' "$rates
 step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 
 {
-	echo "## Message rate: 4-byte RDMA WRITEs, against rdma_srq_pool_server_ev"
-	echo
+	heading "Message rate: 4-byte RDMA WRITEs, against rdma_srq_pool_server_ev"
 	echo "Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
 		"every configuration ran once per round, in turn."
 	echo
@@ -188,8 +189,7 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 	echo "K: a doorbell every K writes. W: doorbells in flight (--window);" \
 		"W=1 waits for each doorbell's completion before posting the next batch."
 	echo
-	echo "## Against perftest at its best: K writes per post, a completion every K"
-	echo
+	heading "Against perftest at its best: K writes per post, a completion every K"
 	head='| K | ib_write_bw -s 4 -R -l K -Q K |' rule='|---:|---:|'
 	for w in "${wins[@]}"; do head+=" rdma_pool_client W=$w |" rule+='---:|'; done
 	printf '%s\n' "$head client's best ÷ perftest's | the same, round by round |" "$rule---:|---:|"
@@ -214,8 +214,7 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 		"K writes and asks for one completion per list; the client posts K writes, K-1" \
 		"unsignaled and the doorbell signaled, in one call."
 	echo
-	echo "## What each step is worth (K=$step_k, W=1 unless said)"
-	echo
+	heading "What each step is worth (K=$step_k, W=1 unless said)"
 	echo "| client options | inline | one post per batch | W | writes/s | ratio to ib_write_bw |"
 	echo "|---|---|---|---:|---:|---:|"
 	while IFS='|' read -r what opts inl lst w; do
@@ -229,8 +228,7 @@ client|(defaults)|yes|yes|1
 client|-w ${wins[-1]}|yes|yes|${wins[-1]}
 EOF
 	echo
-	echo "## Doorbell round trip (4 bytes), and idle CPU, by busy-poll budget"
-	echo
+	heading "Doorbell round trip (4 bytes), and idle CPU, by busy-poll budget"
 	echo "| measure | median µs | p99 µs | idle after serving: % of a core |"
 	echo "|---|---:|---:|---:|"
 	latency_table | awk -F'\t' -v def="rdma_srq_pool_server_ev --busy-poll-us $busy_default" '{
@@ -265,8 +263,7 @@ EOF
 	echo
 	echo "![round trip and idle CPU against the busy-poll budget](busy_poll.png)"
 	echo
-	echo "## Server CPU time (user + system, from /proc/PID/stat)"
-	echo
+	heading "Server CPU time (user + system, from /proc/PID/stat)"
 	echo "| server | idle: seconds | CPU s | % of a core | load: seconds | CPU s | % of a core |"
 	echo "|---|---:|---:|---:|---:|---:|---:|"
 	awk -F'\t' 'NR > 1 {
@@ -277,8 +274,7 @@ EOF
 	echo
 	echo "![writes/s against K](writes_per_s.png)"
 	echo
-	echo "## Scaling with clients, all at once"
-	echo
+	heading "Scaling with clients, all at once"
 	echo "| server | clients | writes/s | doorbells/s | server CPU s per 1000 doorbells | server % of a core | slowest client s | RNR NAKs |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 	awk -F'\t' 'NR > 1 {
