@@ -309,17 +309,18 @@ perftest_row() { grep -A1 '#bytes' "$1" | tail -n 1; }
 
 # write_bw NAME ARGS...: ib_write_bw's run NAME; its writes/s (its MsgRate,
 # in millions of packets, here writes, per second) into rate.  A run that
-# completed with 0 for every figure (seen on 6.1) is run again, twice at most.
+# completed with 0 for every figure (seen on 6.1), or with no row of
+# figures (as write_lat), is run again, twice at most.
 write_bw() {
 	local name=$1 try
 	shift
 	for try in 1 2 3; do
 		perftest ib_write_bw "$name" "$@"
-		rate=$(perftest_row "$work/$name.out" | awk '{ printf "%.0f", $5 * 1e6 }')
+		rate=$(perftest_row "$work/$name.out" | awk '{ printf "%.0f", $5 * 1e6 }') || rate=0
 		[ "$rate" = 0 ] || return 0
-		say "ib_write_bw $* reported 0 writes/s (try $try; see logs/perftest.out)"
+		say "ib_write_bw $* reported 0 writes/s or none (try $try; see logs/perftest.out)"
 	done
-	die "ib_write_bw $* reported 0 writes/s three times"
+	die "ib_write_bw $* reported 0 writes/s or none three times"
 }
 
 # write_bw_list K: ib_write_bw at its best, as the client posts: K writes
