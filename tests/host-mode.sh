@@ -480,7 +480,9 @@ test_demo_client_dies() {
 	DEMO_STEP=1 TMPDIR=$dir/tmp make -s -C "$top" demo SANITIZE="${SANITIZE:-}" \
 		<"$dir/keys" >"$dir/log" 2>&1 &
 	pid=$!
-	exec {k}>"$dir/keys"
+	# Read-write, as demo.sh holds its FIFO: a write to a FIFO nobody reads
+	# (the demo ended early) would end this stage by SIGPIPE.
+	exec {k}<>"$dir/keys"
 	echo >&"$k" # past the view before the client
 	wait_until "$pid" 60 grep -q '^== the kernel, once the client holds' "$dir/log" || true
 	sleep 2 # the view's rows, then the demo waits for a key
