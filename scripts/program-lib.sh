@@ -8,13 +8,12 @@
 # without writing one.  Seconds of the clock, not rounds of the loop: under
 # emulation on a busy host one round can take far longer than its sleep.
 await_line() {
-	local end=$((SECONDS + $3))
+	local end=$((SECONDS + $3)) ended=''
 	while ((SECONDS < end)); do
+		# PID first: a line written just before it ended still counts.
+		if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then ended=1; fi
 		grep -Eq "$2" "$1" 2>/dev/null && return 0
-		if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then
-			grep -Eq "$2" "$1" 2>/dev/null && return 0
-			return 2
-		fi
+		[ -z "$ended" ] || return 2
 		sleep 0.1
 	done
 	return 1
@@ -33,16 +32,14 @@ listen_port() {
 # runs after SECONDS (it is then killed).
 await_exit() {
 	local end=$((SECONDS + $2)) status=0
-	while ((SECONDS < end)); do
-		if ! kill -0 "$1" 2>/dev/null; then
-			wait "$1" || status=$?
-			return "$status"
-		fi
-		sleep 0.1
-	done
-	kill -KILL "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-	return 124
+	while ((SECONDS < end)) && kill -0 "$1" 2>/dev/null; do sleep 0.1; done
+	if kill -0 "$1" 2>/dev/null; then
+		kill -KILL "$1" 2>/dev/null || true
+		wait "$1" 2>/dev/null || true
+		return 124
+	fi
+	wait "$1" || status=$?
+	return "$status"
 }
 
 # stop_program PID: SIGINT, as Ctrl-C sends, then await_exit's status.
