@@ -409,6 +409,7 @@ test_leftover() {
 	wait "$ended"
 	names="rxe_demo$ended rxe_dem2$ended"
 	for name in $names; do
+		when_finished "rdma link delete $name 2>/dev/null; ip link delete $name 2>/dev/null"
 		ip link add "$name" type dummy && ip link set "$name" up &&
 			ip addr add "198.18.0.$((i++))/32" dev "$name" &&
 			rdma link add "$name" type rxe netdev "$name" || why+="could not make $name; "
@@ -420,10 +421,7 @@ test_leftover() {
 	done
 	grep -Eq "$want_mode" "$log" || why+="it did not make a device of its own; "
 	why+=$(left_behind "$before" devices)
-	for name in $names; do # (gone already if it passed)
-		rdma link delete "$name" 2>/dev/null || true
-		ip link delete "$name" 2>/dev/null || true
-	done
+	finish # (gone already if it passed)
 	pass_unless leftover_removed "${why:+$why: $(tr '\n' '|' <"$log")}"
 	modules_restore
 }
