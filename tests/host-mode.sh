@@ -199,10 +199,9 @@ ours() {
 # when the signal comes (a dead tee; a closed terminal fails writes too).
 test_interrupt() {
 	local name=$1 sig=$2 target=$3 dir=$work/${1//\//_} before
-	local harness left why='' want reader='' err
+	local harness left why='' want reader='' err=$dir/log
 	mkdir "$dir"
 	before=$(machine_state)
-	err=$dir/log
 	if [ "${4:-}" = dead-stderr ]; then
 		mkfifo "$dir/stderr"
 		cat "$dir/stderr" >"$dir/err" &
