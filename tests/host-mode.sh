@@ -18,10 +18,9 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$top/scripts/rdma-lib.sh"
 # shellcheck source=scripts/system-lib.sh
 . "$top/scripts/system-lib.sh"
-if [ -z "$(active_ports)" ] && [ "$(rxe_module)" = none ] && [ "$(id -u)" = 0 ]; then
-	"$top/scripts/deps.sh" rxe >&2 || true
-fi
-if [ -z "$(active_ports)" ] && [ "$(rxe_module)" = none ]; then
+no_rdma() { [ -z "$(active_ports)" ] && [ "$(rxe_module)" = none ]; }
+if no_rdma && [ "$(id -u)" = 0 ]; then "$top/scripts/deps.sh" rxe >&2 || true; fi
+if no_rdma; then
 	echo "# in a VM: no RDMA device here, and this kernel ($(uname -r)) has no rdma_rxe module"
 	# The stage took 25 minutes under TCG beside other VMs, more with the
 	# sanitizers: an hour at most, not vm-run.sh's default half hour.
