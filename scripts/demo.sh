@@ -25,12 +25,14 @@ trap cleanup EXIT
 out=$(mktemp -d)
 
 # until_line FILE REGEX PID: wait (20 s at most, and only while process
-# PID runs) for a line of FILE matching REGEX, or say what did not come.
+# PID runs) for a line of FILE matching REGEX, or say what did not come
+# and what PID wrote to FILE (its cause: the cleanup deletes FILE).
 until_line() {
 	local why="no line matching '$2' in 20 s"
 	await_line "$1" "$2" 20 "$3" && return 0
 	[ $? != 2 ] || why="it ended before a line matching '$2'"
-	echo "demo: $why" >&2
+	echo "demo: $why; it wrote:" >&2
+	cat "$1" >&2
 	return 1
 }
 
@@ -47,8 +49,7 @@ start_server() {
 	done
 	stop_program "$server_pid" || true
 	server_pid=
-	echo "demo: the server did not start:" >&2
-	cat "$out/server" >&2
+	echo "demo: the server did not start" >&2
 	return 1
 }
 
