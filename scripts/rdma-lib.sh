@@ -39,10 +39,8 @@ ipv4_addrs() {
 # "rdma link add ... type rxe" loads rdma_rxe by itself, so a module on
 # disk is as good as a loaded one.
 rxe_module() {
-	local how
 	[ ! -d /sys/module/rdma_rxe ] || { echo loaded; return; }
-	how=$(modprobe --show-depends rdma_rxe 2>/dev/null | tail -n 1) || how=''
-	case $how in
+	case $(modprobe --show-depends rdma_rxe 2>/dev/null | tail -n 1) in
 	builtin*) echo builtin ;;
 	insmod*) echo on-disk ;;
 	*) echo none ;;
