@@ -269,12 +269,8 @@ test_demo_beside_churn() {
 	ip link add "$dev" type dummy
 	when_finished "ip link delete $dev"
 	# shellcheck disable=SC2016 # expanded by sh
-	sh -c 'while :; do
-		rdma link add "$1" type rxe netdev "$1"
-		sleep 0.1
-		rdma link delete "$1"
-		sleep 0.1
-	done' sh "$dev" >/dev/null 2>&1 &
+	sh -c 'while :; do rdma link add "$1" type rxe netdev "$1"; sleep 0.1
+		rdma link delete "$1"; sleep 0.1; done' sh "$dev" >/dev/null 2>&1 &
 	churn=$!
 	when_finished "kill $churn 2>/dev/null; wait $churn; rdma link delete $dev 2>/dev/null"
 	make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$dir/log" 2>&1 || status=$?
