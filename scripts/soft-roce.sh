@@ -281,8 +281,7 @@ main() {
 	fi
 
 	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV${RDMA_DEV2:+ RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2 RDMA_DEV2=$RDMA_DEV2})"
-	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV
-	[ -z "${RDMA_DEV2:-}" ] || export RDMA_DEV2 RDMA_ADDR_DEV2
+	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV RDMA_DEV2 RDMA_ADDR_DEV2
 	# Not exec: the EXIT trap may have a device to remove afterwards.  CMD
 	# in the background, so that a signal's trap runs at once (bash runs
 	# it only once the foreground command ends), with our stdin, not the
