@@ -260,8 +260,7 @@ main() {
 	*) say "SOFT_ROCE_MODE must be host, vm or auto, not '$mode'"; exit 2 ;;
 	esac
 
-	# From here on this run may make a device: the traps that remove it
-	# come first.
+	# From here on a device may be made: first the traps that remove it.
 	trap cleanup EXIT
 	stop_on_signals on_signal
 	sweep_leftovers
