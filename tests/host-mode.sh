@@ -67,9 +67,7 @@ machine_state() {
 }
 
 # The machine's own ACTIVE ports: another run's device is none of them.
-machine_ports() {
-	active_ports | grep -Ev '^rxe_(dem[o2]|chrn)[0-9]' || true
-}
+machine_ports() { active_ports | grep -Ev '^rxe_(dem[o2]|chrn)[0-9]' || true; }
 
 # The mode line soft-roce.sh must print: its own device, unless an RDMA
 # device was already there, which it must then use.
@@ -372,9 +370,7 @@ test_beside_another_run() {
 }
 
 # in_stage DIR CMD: CMD, in the folder of the stage run with TMPDIR=DIR.
-in_stage() {
-	(cd "$1"/host-mode.* && eval "$2") 2>/dev/null
-}
+in_stage() { (cd "$1"/host-mode.* && eval "$2") 2>/dev/null; }
 
 # modules_restore: the modules as they were for the tests that follow, if
 # no RDMA device needs them.
