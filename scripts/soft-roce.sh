@@ -44,8 +44,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # One name for this run's interface and device: 15 characters at most,
 # "rxe_demo" and a PID of up to 7.
-PREFIX=rxe_demo PREFIX2=rxe_dem2
-OWN=$PREFIX$$ OWN2=$PREFIX2$$
+PREFIX=rxe_demo PREFIX2=rxe_dem2 OWN=$PREFIX$$ OWN2=$PREFIX2$$
 # What the traps undo: the modules this run loaded, CMD's session.
 loaded_modules=() cmd_sid='' cmd_name=''
 
@@ -125,8 +124,7 @@ load() {
 	[ -d "/sys/module/$1" ] && return 0
 	err=$(modprobe "$1" 2>&1) || { why_not="modprobe $1: ${err:-failed}"; return 1; }
 	# Built into the kernel: nothing to unload.
-	[ -e "/sys/module/$1/initstate" ] && loaded_modules=("$1" "${loaded_modules[@]}")
-	return 0
+	[ ! -e "/sys/module/$1/initstate" ] || loaded_modules=("$1" "${loaded_modules[@]}")
 }
 
 # remove_own NAME...: the rdma link and the interface of each NAME, if any.
