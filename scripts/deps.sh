@@ -139,7 +139,7 @@ main() {
 	esac
 	case $mode in
 	dry-run) say "$os_name, ${wanted[*]}: ${cmd[*]}"; [ "${#unavailable[@]}" -eq 0 ]; return ;;
-	check) say "missing for ${wanted[*]}: ${missing[*]}; install with: sudo ${cmd[*]}"; return 1 ;;
+	check) say "missing for ${wanted[*]}: ${missing[*]}; install with: ${refresh}sudo ${cmd[*]}"; return 1 ;;
 	esac
 	if [ "$(id -u)" != 0 ]; then
 		say "missing for ${wanted[*]}: ${missing[*]}; as root, run:"
