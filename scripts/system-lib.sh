@@ -34,7 +34,7 @@ read_os_release() {
 	[ -z "${OS_RELEASE:-}" ] || [ -r "$file" ] ||
 		{ echo "${0##*/}: cannot read OS_RELEASE=$file" >&2; return 1; }
 	[ -r "$file" ] || file=/usr/lib/os-release
-	[ -r "$file" ] || return 0
+	[ -r "$file" ] || file=/dev/null # none: an unknown system
 	while IFS='=' read -r key value; do
 		value=${value#[\"\']}
 		value=${value%[\"\']}
