@@ -104,8 +104,7 @@ static_elf() {
 	# "\177ELF", 64-bit (class 2), little-endian (data 1): x86-64's form.
 	[ "$(od -An -t x1 -N 6 "$f" | tr -d ' \n')" = 7f454c460201 ] || return 1
 	phoff=$(od -An -t u8 -j 32 -N 8 "$f" | tr -d ' ')
-	size=$(od -An -t u2 -j 54 -N 2 "$f" | tr -d ' ')
-	num=$(od -An -t u2 -j 56 -N 2 "$f" | tr -d ' ')
+	read -r size num < <(od -An -t u2 -j 54 -N 4 "$f") || return 1 # too short
 	for ((i = 0; i < num; i++)); do
 		[ "$(od -An -t u4 -j $((phoff + i * size)) -N 4 "$f" | tr -d ' ')" != 3 ] ||
 			return 1
