@@ -169,26 +169,22 @@ session_pids() {
 
 # stop_session SID [SECONDS]: by session, not by process group: timeout(1)
 # moves itself and its command into a group of their own.
-stop_session() {
-	stop_all "${2:-5}" session_pids "$1"
-}
+stop_session() { stop_all "${2:-5}" session_pids "$1"; }
 
 # stop_below SECONDS: the same for every process this script started, and
 # theirs: the background jobs of a script are not stopped with it (bash
 # starts them with SIGINT ignored), and may be in groups of their own.
-stop_below() {
-	# shellcheck disable=SC2046 # PIDs, one word each
-	stop_all "$1" alive $(descendants $$)
-}
+# shellcheck disable=SC2046 # PIDs, one word each
+stop_below() { stop_all "$1" alive $(descendants $$); }
 
 # stop_all SECONDS CMD...: SIGTERM to the processes CMD lists, then SIGKILL
 # to those it still lists SECONDS later.
+# shellcheck disable=SC2086 # PIDs, one word each
 stop_all() {
 	local secs=$1 pids i
 	shift
 	pids=$("$@")
 	[ -n "$pids" ] || return 0
-	# shellcheck disable=SC2086
 	kill -TERM $pids 2>/dev/null || true
 	for ((i = 0; i < secs * 10; i++)); do
 		pids=$("$@")
@@ -196,7 +192,6 @@ stop_all() {
 		sleep 0.1
 	done
 	echo "${0##*/}: still running $secs s after SIGTERM, killed: ${pids//$'\n'/ }" >&2
-	# shellcheck disable=SC2086
 	kill -KILL $pids 2>/dev/null || true
 }
 
