@@ -139,14 +139,13 @@ publish_dir() {
 	mv -T "$1" "$2" && rm -rf "$1.old"
 }
 
-# stop_on_signals FN: on SIGINT, SIGTERM or SIGHUP, FN SIG runs at once,
-# then the script ends by that signal, its EXIT trap undone, so that the
-# shell or make that started it stops too.  At once
-# only while the script waits ("wait") for a command in the background:
-# bash holds a trap until the command in the foreground ends.  Meanwhile
-# more signals are ignored, SIGPIPE too: a closed terminal (EIO) or a pipe
-# whose reader is gone (EPIPE) fails every write to stderr, so FN writes
-# its first line with "|| exec 2>/dev/null", lest set -e end it there.
+# stop_on_signals FN (see the header): the script ends by the signal, its
+# EXIT trap undone, so that the shell or make that started it stops too.
+# FN runs at once only while the script waits ("wait") for a command in the
+# background: bash holds a trap until the command in the foreground ends.
+# Meanwhile more signals are ignored, SIGPIPE too: a closed terminal (EIO)
+# or a pipe whose reader is gone (EPIPE) fails every write to stderr, so FN
+# writes its first line with "|| exec 2>/dev/null", lest set -e end it there.
 stop_on_signals() {
 	local sig
 	for sig in INT TERM HUP; do
