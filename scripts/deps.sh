@@ -30,10 +30,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/rdma-lib.sh
 . "$here/rdma-lib.sh"
-PURPOSES=(build run rxe vm vm-kernel fuzz wire bench test)
-
 # shellcheck source=scripts/system-lib.sh
 . "$here/system-lib.sh"
+PURPOSES=(build run rxe vm vm-kernel fuzz wire bench test)
 
 say() { echo "deps: $*" >&2; }
 
@@ -74,16 +73,15 @@ usage() {
 }
 
 main() {
-	local mode=install purpose need probe rest entries desc pkgs p cmd note='' update out refresh=''
-	local wanted=() missing=() unavailable=() unknown=() seen=' '
-	while [ $# -gt 0 ]; do
-		case $1 in
+	local mode=install arg purpose need probe rest entries desc pkgs p cmd note='' update out refresh=''
+	local wanted=() missing=() unavailable=() unknown=() all='' seen=' '
+	for arg; do
+		case $arg in
 		--dry-run) mode=dry-run ;;
 		--check) mode=check ;;
 		-*) usage ;;
-		*) [[ " ${PURPOSES[*]} " == *" $1 "* ]] || usage; wanted+=("$1") ;;
+		*) [[ " ${PURPOSES[*]} " == *" $arg "* ]] || usage; wanted+=("$arg") ;;
 		esac
-		shift
 	done
 	[ "${#wanted[@]}" -gt 0 ] || wanted=(build run)
 	if [ -n "${OS_RELEASE:-}" ] && [ "$mode" = install ] && [ "$(id -u)" = 0 ]; then
@@ -110,14 +108,10 @@ main() {
 		'') unknown+=("$purpose: $desc") ;;
 		-) ;;
 		!) unavailable+=("$desc ($purpose)") ;;
-		*)
-			missing+=("$need")
-			for p in $pkgs; do
-				[[ $seen == *" $p "* ]] || seen+="$p "
-			done
-			;;
+		*) missing+=("$need") all+=" $pkgs" ;;
 		esac
 	done <"$PACKAGES_TABLE"
+	for p in $all; do [[ $seen == *" $p "* ]] || seen+="$p "; done
 	read -ra pkgs <<<"$seen"
 
 	if [ "${#unknown[@]}" -gt 0 ]; then
