@@ -33,9 +33,7 @@ NODES=/dev/infiniband
 # /proc/PID/status, defaults): 4128 KiB event-driven server, 4108 polling,
 # 4 client.  Under --isolation mw each granted slice has a region of its
 # own instead of the pool: never more than the pool in all.
-POOL_KIB=4096
-BUFFERS_KIB=64
-NEED_KIB=$((POOL_KIB + BUFFERS_KIB))
+NEED_KIB=$((4096 + 64)) # the pool, and the buffers with room to spare
 CAP_IPC_LOCK=14 # bit number in /proc/PID/status CapEff (linux/capability.h)
 VM_HINT="make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
 # In a container the kernel, its modules and its devices are the host's.
@@ -86,9 +84,7 @@ install_of() {
 
 # fix_install NEED WHAT: the fix that installs NEED, or says to install
 # WHAT by hand.
-fix_install() {
-	install_of "$1" || echo "install $2 (this system has no package for it in scripts/packages.txt)"
-}
+fix_install() { install_of "$1" || echo "install $2 (this system has no package for it in scripts/packages.txt)"; }
 
 check_module() {
 	local what='kernel module rdma_rxe' dev found
@@ -170,8 +166,7 @@ check_link() {
 				{ [ -z "$link_dev" ] || [ "$link_netdev" = lo ]; }; then
 				link_dev=$dev link_port=$port link_netdev=$netdev
 			elif [ -z "$first" ] && [ "$state" != ACTIVE ]; then
-				first="$dev/$port state $state${netdev:+ (netdev $netdev)}"
-				down=$netdev
+				first="$dev/$port state $state${netdev:+ (netdev $netdev)}" down=$netdev
 			fi
 		done <<<"$links"
 	done
