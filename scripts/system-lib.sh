@@ -155,13 +155,14 @@ stop_on_signals() {
 }
 
 # session_pids SID: the processes of session SID (the fourth field of
-# /proc/PID/stat after the ")" that ends the command's name).
+# /proc/PID/stat after the ")" that ends the command's name), but zombies
+# (state Z, the first field): ended, they wait only for a parent to reap them.
 session_pids() {
 	local stat line fields
 	for stat in /proc/[0-9]*/stat; do
 		read -r line 2>/dev/null <"$stat" || continue
 		read -r -a fields <<<"${line##*) }"
-		[ "${fields[3]:-}" = "$1" ] && echo "${stat//[^0-9]/}"
+		[ "${fields[3]:-}" = "$1" ] && [ "${fields[0]}" != Z ] && echo "${stat//[^0-9]/}"
 	done
 	return 0
 }
