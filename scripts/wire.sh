@@ -63,7 +63,10 @@ tie() {
 	local granted
 	granted=$(grep '^granted ' "$out/session/client.out" || true)
 	awk -F'\t' -v granted="$granted" '
-		$5 == "send" && $9 ~ /msg=RESP_ALLOC/ { resp = $1 }
+		$5 == "send" && $9 ~ /msg=RESP_ALLOC/ { resp = $1; server = $3 }
+		# Keepalive probes (RDMA WRITEs of no bytes) come from the server
+		# program, and it hears of the ACKs to it as send completions.
+		$5 == "write" && $3 == server && $9 ~ / len=0$/ { probes++; next }
 		$5 ~ /^write/ {
 			n++
 			split($9, kv, " ")
@@ -72,7 +75,7 @@ tie() {
 					keys[substr(kv[i], 6)]++
 		}
 		$5 == "write-imm" { imm = imm " " $1 }
-		$5 == "ack" { acks++ }
+		$5 == "ack" && $4 != server { acks++ }
 		END {
 			if (granted == "") { print "The client printed no grant: nothing to tie."; exit }
 			printf "The client printed \"%s\": that is the" \
@@ -84,12 +87,13 @@ tie() {
 				" DREQ as CM events; of the REQ_ALLOC and the WRITEs" \
 				" with immediate (packets%s) as receive completions" \
 				" (its grant and doorbell lines); and of the ACK of its" \
-				" RESP_ALLOC as the completion of that send. Its REP" \
+				" RESP_ALLOC as the completion of that send%s. Its REP" \
 				" and DREP went out on its own calls (rdma_accept," \
 				" rdma_disconnect). It heard nothing of the other" \
 				" WRITEs and the other %d ACKs: the NICs handled them" \
-				" alone (here: rxe, in the kernel of each VM).\n", \
-				imm, acks - (acks > 0)
+				" alone (here: rxe, in the kernel of each VM).\n", imm,
+				probes ? " (and likewise of its " probes " keepalive" \
+				" probe(s), RDMA WRITEs of no bytes)" : "", acks
 		}' | fold -s -w 78
 }
 
