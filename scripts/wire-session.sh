@@ -41,10 +41,11 @@ give_up() {
 }
 
 # mark NAME [TEXT]: create DIR/NAME, holding TEXT (or the time), as a
-# whole, so the other VM never sees half.
+# whole, so the other VM never sees half (each side through its own temp
+# file: both may give up at once).
 mark() {
-	echo "${2:-$(date +%s)}" >"$dir/$1.tmp"
-	mv "$dir/$1.tmp" "$dir/$1"
+	echo "${2:-$(date +%s)}" >"$dir/$1.$WIRE_ROLE.tmp"
+	mv "$dir/$1.$WIRE_ROLE.tmp" "$dir/$1"
 }
 
 # await NAME SECONDS: wait for the other VM's mark; fail if it gave up.
