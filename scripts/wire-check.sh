@@ -32,11 +32,7 @@ KEYS=(port client_qp server_qp size granted addr rkey writes every)
 
 die() { echo "wire-check: $*" >&2; exit 1; }
 
-usage() {
-	echo "usage: $0 PCAP [--outputs DIR] KEY=VALUE..." >&2
-	echo "  keys: ${KEYS[*]}" >&2
-	exit 2
-}
+usage() { echo "usage: $0 PCAP [--outputs DIR] KEY=VALUE... (keys: ${KEYS[*]})" >&2; exit 2; }
 
 # from_outputs DIR: sets main's want[KEY] from what the programs printed.
 from_outputs() {
@@ -49,8 +45,7 @@ from_outputs() {
 	want[port]=${BASH_REMATCH[1]} want[client_qp]=${BASH_REMATCH[2]}
 	[[ $(grep -m1 '^granted ' "$dir/client.out") =~ $granted ]] ||
 		die "$dir/client.out has no 'granted addr=... rkey=... size=...' line"
-	want[addr]=${BASH_REMATCH[2]} want[rkey]=${BASH_REMATCH[3]}
-	want[granted]=${BASH_REMATCH[4]}
+	want[addr]=${BASH_REMATCH[2]} want[rkey]=${BASH_REMATCH[3]} want[granted]=${BASH_REMATCH[4]}
 	# The server's QP is the one its grant of that slice names.
 	want[server_qp]=$(sed -n "s/^grant qp=\(0x[0-9a-f]*\) ${BASH_REMATCH[1]}\$/\1/p" "$dir/server.out" | tail -n 1)
 	[ -n "${want[server_qp]}" ] || die "$dir/server.out has no grant of ${BASH_REMATCH[1]}"
@@ -89,11 +84,7 @@ main() {
 		die "granted=${known[granted]}: want a positive multiple of 4"
 
 	# Decoded first, so that a capture tshark cannot read stops here.
-	if [ "$pcap" = - ]; then
-		lines=$(cat)
-	else
-		lines=$("$here/wire-trace.sh" --raw "$pcap")
-	fi
+	if [ "$pcap" = - ]; then lines=$(cat); else lines=$("$here/wire-trace.sh" --raw "$pcap"); fi
 	awk "${vars[@]}" -f "$here/wire-lib.awk" -f "$here/wire-check.awk" <<<"$lines"
 }
 
