@@ -21,9 +21,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-: "${RDMA_ADDR:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR}"
-: "${RDMA_ADDR6:?run this through scripts/vm-pair.sh, which sets RDMA_ADDR6}"
-: "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
+via='run this through scripts/vm-pair.sh, which sets it'
+: "${RDMA_ADDR:?$via}" "${RDMA_ADDR6:?$via}" "${WIRE_ROLE:?$via}"
 # shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 dir=${1:?usage: wire-session.sh DIR}
@@ -102,8 +101,7 @@ connect() {
 	while read -r name server port size writes every family; do
 		addr=$RDMA_ADDR
 		[ "$family" = 4 ] || addr=$RDMA_ADDR6
-		say "rdma_pool_client $addr $size -n $writes -k $every" \
-			"--port $port (to $server)"
+		say "rdma_pool_client $addr $size -n $writes -k $every --port $port (to $server)"
 		status=0
 		timeout "$CLIENT_TIMEOUT" "$top/rdma_pool_client" --port "$port" \
 			"$addr" "$size" -n "$writes" -k "$every" \

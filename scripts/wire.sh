@@ -21,11 +21,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 final=$top/wire-results
 PORT=7471
 
-usage() {
-	echo "usage: $0 [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY] [--size BYTES] [--ipv6]" >&2
-	exit 2
-}
-
+usage() { echo "usage: $0 [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY] [--size BYTES] [--ipv6]" >&2; exit 2; }
 die() { echo "wire: $*" >&2; exit 1; }
 
 # The options, checked here: a bad one must not cost two boots.
