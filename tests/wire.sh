@@ -94,14 +94,17 @@ first_packet() {
 		2>/dev/null | sed -n 1p || true
 }
 
+# grant_of NAME KEY: KEY's value (addr or rkey) in the grant that session
+# NAME's client printed.
+grant_of() { sed -n "s/^granted .*$2=\(0x[0-9a-f]*\) .*/\1/p" "$dir/$1/client.out"; }
+
 # The checker must fail and name the first packet that differs, as found
 # by tshark's own filters: in a corrupted copy of the capture; told that the
 # ev session rang every 5 writes (it rang every 4); told that the poll
 # session was granted another key (the ev session's server's pool key).
 test_checker_fails() {
 	local t=wire/checker_names_first_difference addr rkey va pool at=''
-	addr=$(sed -n 's/^granted addr=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
-	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/ev/client.out")
+	addr=$(grant_of ev addr) rkey=$(grant_of ev rkey)
 	test_corrupted_capture "$t/corrupted_payload" "$addr" "$rkey"
 
 	va=$(printf '0x%x' $((${addr:-0} + 12)))
@@ -113,7 +116,7 @@ test_checker_fails() {
 			--outputs "$dir/ev" size=10000 writes=12 every=5
 	fi
 
-	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
+	rkey=$(grant_of poll rkey)
 	pool=$(sed -n 's/^pool .* rkey=\(0x[0-9a-f]*\)$/\1/p' "$dir/ev/server.out")
 	at=$(with_probe resp || true)
 	if [ -z "$at" ] || [ -z "$pool" ]; then
@@ -229,9 +232,7 @@ test_checker_probe() {
 # "where": that frame and PSN; "resp": those of the poll session's
 # RESP_ALLOC, the one that carries its client's rkey, as the decoder reads it.
 with_probe() {
-	local rkey
-	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$dir/poll/client.out")
-	awk -F'\t' -v OFS='\t' -v k="$rkey" -v len="$1" '
+	awk -F'\t' -v OFS='\t' -v k="$(grant_of poll rkey)" -v len="$1" '
 		{ line[NR] = $0 }
 		!s && $9 ~ "^msg=RESP_ALLOC " && (" " $9 " ") ~ (" rkey=" k " ") {
 			s = $3; c = $4; q = $8; psn = $7; r = $1 "\t" $7
