@@ -45,9 +45,7 @@ parse_options() {
 		die "-n '$writes': want 0 to 9999 writes (the trace has a line per packet)"
 	[[ $every =~ ^[1-9][0-9]*$ ]] || die "-k '$every': want a positive number"
 	[[ $size =~ ^[1-9][0-9]{0,6}$ ]] || die "--size '$size': want 1 to 9999999 bytes"
-	for program in "$server" rdma_pool_client; do
-		[ -x "$top/$program" ] || die "no $program: run make first"
-	done
+	for program in "$server" rdma_pool_client; do [ -x "$top/$program" ] || die "no $program: run make first"; done
 	command -v tshark >/dev/null ||
 		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 }

@@ -167,15 +167,14 @@ main() {
 		"$top/scripts/vm-pair.sh" --pcap "$pcap" bash -c '"$1" "$2" && exec "$3"' \
 		wire-job "$top/scripts/wire-session.sh" "$dir" "$top/tests/cable-ping.sh" \
 		>"$dir/vms.log" 2>&1 || status=$?
-	if [ "$status" = 0 ]; then
-		pass wire/two_vms
-	else
+	if [ "$status" != 0 ]; then
 		# What vm-pair.sh says is why; nothing else can run without it.
 		fail wire/two_vms "scripts/vm-pair.sh exited $status: $(grep -E \
 			'^(\[(server|client) vm\] )?vm-pair' "$dir/vms.log" |
 			tail -n 3 | tr '\n' ' ')"
 		end_run
 	fi
+	pass wire/two_vms
 	# The capture's records, as the decoder reads them, for the tests below.
 	raw=$("$top/scripts/wire-trace.sh" --raw "$pcap" 2>&1) || true
 	while read -r -u 3 name server _ size writes every family; do
