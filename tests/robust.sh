@@ -431,7 +431,9 @@ test_burst_at_the_limit() {
 	end_jobs "${holders[@]}"
 	expect_stats "$t/nothing_lost"
 	stop_server || status=$?
-	pass_if "$t/server_survives" "the server exited $status after SIGINT (124: still running 20 s on): $(head -c 300 "$work/server.err")" [ "$status" = 0 ]
+	pass_if "$t/server_survives" \
+		"the server exited $status after SIGINT (124: still running 20 s on): $(head -c 300 "$work/server.err")" \
+		[ "$status" = 0 ]
 }
 
 # hw_counter NAME: the device's port counter NAME (rxe has them in sysfs),
@@ -458,7 +460,10 @@ test_load() {
 	own_server "$t" "$s" --srq-depth 4 --handshakes-per-source 32 || return 0
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
-		(renice -n "${LOAD_NICE:-19}" -p "$BASHPID" >/dev/null; run_client "l$i" "$server_port" "$RDMA_ADDR" 8192 -n 2000 -k 16) &
+		(
+			renice -n "${LOAD_NICE:-19}" -p "$BASHPID" >/dev/null
+			run_client "l$i" "$server_port" "$RDMA_ADDR" 8192 -n 2000 -k 16
+		) &
 		pids+=("$!")
 	done
 	for i in "${!pids[@]}"; do
