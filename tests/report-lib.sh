@@ -20,9 +20,7 @@ report_plan_file=$(dirname "${BASH_SOURCE[0]}")/plan.txt
 reported=' '
 
 # report_plan: the plan line, from tests/plan.txt.
-report_plan() {
-	echo "1..$(grep -c "^$report_stage " "$report_plan_file")"
-}
+report_plan() { echo "1..$(grep -c "^$report_stage " "$report_plan_file")"; }
 
 # report OK NAME[ NOTE] [WHY]: NAME's line; the plan must name it, once.
 report() {
@@ -135,9 +133,7 @@ wait_until() {
 # finish runs the test's CMDs, the last first, once it ends or from a
 # signal handler when it is stopped midway (git's test_when_finished).
 finish_cmds=''
-when_finished() {
-	finish_cmds="$1; $finish_cmds"
-}
+when_finished() { finish_cmds="$1; $finish_cmds"; }
 
 finish() {
 	local cmds=$finish_cmds
