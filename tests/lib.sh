@@ -99,9 +99,7 @@ stop_server() {
 }
 
 # run_client NAME PORT ARGS...: the client, output in $work/NAME.out/.err.
-run_client() {
-	timeout 120 "$client" --port "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"
-}
+run_client() { timeout 120 "$client" --port "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"; }
 
 # since ANCHOR: the server's log from its last line equal to ANCHOR (a
 # grant or deny line, which names the qp; the last, as QP numbers are
