@@ -248,11 +248,8 @@ test_eight_clients() {
 		why=$(check_session "c$i" 1000 16 "${granted[$i]}") || why="client $i: $why"
 	done
 	tail -n "+$((start + 1))" "$work/server.out" >"$work/grants"
-	if [ -z "$why" ] && [ "$(grep -c '^grant ' "$work/grants")" != 8 ]; then
-		why="server did not print 8 grants"
-	elif [ -z "$why" ] && ! grants_disjoint "$work/grants"; then
-		why="two grants overlap"
-	fi
+	[ -n "$why" ] || [ "$(grep -c '^grant ' "$work/grants")" = 8 ] || why="server did not print 8 grants"
+	[ -n "$why" ] || grants_disjoint "$work/grants" || why="two grants overlap"
 	pass_unless "$t" "$why"
 }
 
