@@ -99,9 +99,7 @@ test_client_quiet() {
 }
 
 # is_png FILE: true if FILE starts with the PNG signature.
-is_png() {
-	[ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ]
-}
+is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ]; }
 
 # scale_row_missing RESULTS: the first row of the smoke run's scaling table
 # that RESULTS lacks, or has with a number that is not positive; nothing if
@@ -143,7 +141,7 @@ latency_row_missing() {
 # The timeouts only stop a hang (measured in the VM on 6.1: 195 s, 1048 s with
 # two more VMs beside it); the second run's counts its wait for the first.
 test_bench_smoke() {
-	local t=bench_smoke dir=$work/bench status=0 status2=0 why='' missing idle pid
+	local t=bench_smoke dir=$work/bench status=0 status2=0 why='' missing idle pid png
 	mkdir -p "$work/flaky"
 	cat >"$work/flaky/ib_write_bw" <<-EOF
 		#!/bin/sh
@@ -190,15 +188,12 @@ test_bench_smoke() {
 		why="rdma_srq_pool_server_ev with its default busy-poll budget used $idle% of a core while idle: it does not fall asleep"
 	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev( --busy-poll-us 0)?) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 3 ]; then
 		why="not 3 CPU rows (the tick loop, the event-driven server plain and hybrid) in results.md"
-	elif ! is_png "$dir/busy_poll.png"; then
-		why="busy_poll.png is not a PNG"
-	elif ! is_png "$dir/writes_per_s.png"; then
-		why="writes_per_s.png is not a PNG"
 	elif missing=$(scale_row_missing "$dir/results.md") && [ -n "$missing" ]; then
 		why="no scaling row for $missing, every number positive, in results.md"
-	elif ! is_png "$dir/scale.png"; then
-		why="scale.png is not a PNG"
 	fi
+	for png in busy_poll.png writes_per_s.png scale.png; do
+		[ -n "$why" ] || is_png "$dir/$png" || why="$png is not a PNG"
+	done
 	pass_unless "$t" "$why"
 }
 
