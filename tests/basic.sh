@@ -212,8 +212,7 @@ grants_disjoint() {
 			for q in "${!lo[@]}"; do
 				((lo[$q] < addr + size && addr < hi[$q])) && return 1
 			done
-			lo[$qp]=$addr
-			hi[$qp]=$((addr + size))
+			lo[$qp]=$addr hi[$qp]=$((addr + size))
 			grants=$((grants + 1))
 			;;
 		destroy) unset "lo[$qp]" "hi[$qp]" ;;
