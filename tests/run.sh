@@ -35,15 +35,13 @@ cd "$top"
 # (The console's formatter, as on a terminal: the one for a file or a pipe
 # holds a stage's lines back until the stage ends.)
 # shellcheck disable=SC2016 # Perl's
-setsid perl -MTAP::Harness -e '
+setsid perl -MTAP::Harness -MList::Util=max -e '
 	my $all = TAP::Harness->new({ verbosity => 1, exec => [],
 		formatter_class => "TAP::Formatter::Console" })->runtests(@ARGV);
 	my ($passed, $failed, $skipped) = (0, 0, 0);
 	for my $stage ($all->parsers) {
 		my $ok = $stage->passed;
-		my $planned = $stage->tests_planned // 0;
-		my $ran = $stage->tests_run;
-		my $not_ok = ($planned > $ran ? $planned : $ran) - $ok;
+		my $not_ok = max($stage->tests_planned // 0, $stage->tests_run) - $ok;
 		$skipped += $stage->skipped;
 		$passed += $ok - $stage->skipped;
 		$failed += $not_ok || ($stage->has_problems ? 1 : 0);
