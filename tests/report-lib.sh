@@ -55,12 +55,11 @@ skip() {
 	[ -n "$names$report_stage" ] || names=$report_prefix$1
 	[ -n "$names" ] || fail "$1" "skipped: $2"
 	for name in $names; do
-		name=${name#"$report_prefix"}
 		if [ -n "${CI:-}" ]; then
-			fail "$name" "skipped, and under CI nothing may be: $2"
+			fail "${name#"$report_prefix"}" "skipped, and under CI nothing may be: $2"
 		else
-			reported+="$report_prefix$name "
-			echo "ok - $report_prefix$name # SKIP $2"
+			reported+="$name "
+			echo "ok - $name # SKIP $2"
 		fi
 	done
 }
