@@ -32,12 +32,11 @@ test_client_modes() {
 	done
 }
 
-# A window deeper than the slice: with -w 4 -k 512 up to 2048 writes are
-# in flight over 1024 slots, so the client can lap its slice and overwrite
-# a doorbell's slot before the server reads it. SIGSTOP for a second makes
-# the server lag behind its NIC, which goes on taking writes and
-# doorbells. The server must then say "lapped" for the overwritten slots,
-# never "MISMATCH".
+# A window deeper than the slice: with -w 4 -k 512 up to 2048 writes are in
+# flight over 1024 slots, so the client can lap its slice and overwrite a
+# doorbell's slot before the server reads it. SIGSTOP for a second makes the
+# server lag behind its NIC, which goes on taking writes and doorbells. The
+# server must then say "lapped" for the overwritten slots, never "MISMATCH".
 test_lapping() {
 	local t=$1/lapping port=$2 status=0 slice grant qp lines counts pid
 	run_client lap "$port" "$RDMA_ADDR" 4096 -n 200000 -k 512 -w 4 --quiet &
@@ -102,9 +101,8 @@ test_client_quiet() {
 is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ]; }
 
 # scale_row_missing RESULTS: the first row of the smoke run's scaling table
-# that RESULTS lacks, or has with a number that is not positive; nothing if
-# all are there. The last column, RNR NAKs, may be 0 (or - where rxe has
-# no counter).
+# that RESULTS lacks, or has with a number not positive (but the last, RNR
+# NAKs, may be 0, or - where rxe has no counter); nothing if all are there.
 scale_row_missing() {
 	local server n pos='[0-9.]*[1-9][0-9.]*'
 	for server in rdma_pool_server rdma_srq_pool_server_ev; do

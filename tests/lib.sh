@@ -67,11 +67,10 @@ open_copy() {
 	chmod -R a+rX "$open_top"
 }
 
-# as_user KIB: the words that run a command as nobody with ulimit -l KIB,
-# into the array nobody_cmd: a user without CAP_IPC_LOCK, so that ulimit -l
-# binds ibv_reg_mr (setpriv drops root, and with it every capability).
-# prlimit and setpriv each exec the next, so the command keeps the pid they
-# were started with.
+# as_user KIB: sets the array nobody_cmd to the words that run a command as
+# nobody, a user without CAP_IPC_LOCK (setpriv drops root, and with it every
+# capability), so that ulimit -l KIB binds ibv_reg_mr.  prlimit and setpriv
+# each exec the next: the command keeps the pid they were started with.
 as_user() {
 	nobody_cmd=(prlimit --memlock=$(($1 * 1024))
 		setpriv --reuid=nobody --regid=nogroup --clear-groups)
