@@ -15,9 +15,9 @@
 # with no test failed.  The Soft-RoCE tests are never skipped.
 set -euo pipefail
 
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/system-lib.sh
-. "$top/scripts/system-lib.sh"
+. scripts/system-lib.sh
 harness=''
 
 # on_signal SIG: every process of the run gets SIGTERM, which its scripts
@@ -31,7 +31,6 @@ stop_on_signals on_signal
 # In the background, so that a signal's trap runs at once, and in a session
 # of its own, which on_signal stops whole.  Not being a process group
 # leader here, setsid makes no new process: $! is the session's ID.
-cd "$top"
 # (The console's formatter, as on a terminal: the one for a file or a pipe
 # holds a stage's lines back until the stage ends.)
 # shellcheck disable=SC2016 # Perl's
