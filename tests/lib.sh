@@ -9,9 +9,7 @@
 
 client=$top/rdma_pool_client
 peer=$top/tests/ctrl_peer
-server_pid=
-server_port=
-server_pool=
+server_pid='' server_port='' server_pool=''
 
 # After a failed test's line (tests/report-lib.sh), what the programs said,
 # as TAP comments: the server first, since a log shown in part keeps its head.
@@ -130,8 +128,7 @@ session() {
 # run must show on both sides, or it prints what is missing and fails.
 check_session() {
 	local name=$1 n=$2 k=$3 granted=$4
-	local out=$work/$name.out sout=$work/server.out
-	local slice grant qp lines seqs=() s want got
+	local out=$work/$name.out sout=$work/server.out slice grant qp lines seqs=() s want got
 
 	slice=$(sed -n 's/^granted \(addr=0x[0-9a-f]* rkey=0x[0-9a-f]*\) .*/\1/p' "$out")
 	grep -qx "granted $slice size=$granted" "$out" ||

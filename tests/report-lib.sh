@@ -14,10 +14,9 @@
 # sourcing this; a name the plan lacks, or reported twice, fails by name.
 # One that defines on_fail has it run after each failure (to show what the
 # programs said).
-failed=0
+failed=0 reported=' '
 : "${report_prefix:=}" "${report_stage:=}"
 report_plan_file=$(dirname "${BASH_SOURCE[0]}")/plan.txt
-reported=' '
 
 # report_plan: the plan line, from tests/plan.txt.
 report_plan() { echo "1..$(grep -c "^$report_stage " "$report_plan_file")"; }
