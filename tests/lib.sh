@@ -34,12 +34,9 @@ end_jobs() {
 test_lib() {
 	# (No server: slice_back has no process to show when it fails.)
 	local grant='grant qp=0x460 addr=0x1000 rkey=0x3b4 size=8192' server_pid=
-	{
-		echo "$grant"
-		echo 'disconnect qp=0x460'
-		echo 'destroy qp=0x460 after_ms=2255 ended_by=timer freed=8192'
-		seq 20000 | sed 's/.*/doorbell qp=0x461 seq=& value=& ok/'
-	} >"$work/server.out"
+	printf '%s\n' "$grant" 'disconnect qp=0x460' \
+		'destroy qp=0x460 after_ms=2255 ended_by=timer freed=8192' >"$work/server.out"
+	seq 20000 | sed 's/.*/doorbell qp=0x461 seq=& value=& ok/' >>"$work/server.out"
 	if [ "$(session "$grant" | tail -n 1)" = 'disconnect qp=0x460' ] &&
 		slice_back "$grant" 8192 >/dev/null; then
 		pass lib/long_server_log
