@@ -57,8 +57,7 @@ cleanup() {
 open_copy() {
 	[ -z "${open_top:-}" ] || return 0
 	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
-	cp -a "$top"/rdma_pool_server "$top"/rdma_srq_pool_server_ev \
-		"$top"/rdma_pool_client "$top/scripts" "$open_top/"
+	cp -a "$top"/{rdma_pool_server,rdma_srq_pool_server_ev,rdma_pool_client,scripts} "$open_top/"
 	chmod -R a+rX "$open_top"
 }
 
