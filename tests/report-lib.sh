@@ -73,9 +73,8 @@ needs_root() {
 report_end() { [ "$failed" = 0 ]; }
 
 # as_job CMD...: CMD in the background as a terminal's job, in a process
-# group of its own (set -m: without it bash starts a background command
-# with SIGINT ignored, and a script cannot trap what it inherits ignored);
-# $! is its PID.
+# group of its own (set -m: without it bash starts CMD with SIGINT ignored,
+# and a script cannot trap what it inherits ignored); $! is its PID.
 as_job() {
 	set -m
 	"$@" &
