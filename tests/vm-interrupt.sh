@@ -62,7 +62,7 @@ test_vm_interrupt() {
 	local why='' want log=$out/$1-$2.log results err reader=''
 	shift 4
 	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
-	err=$log
+	err=$log.err
 	if [[ $name == *_dead_stderr ]]; then
 		err=$log.fifo
 		mkfifo "$err"
