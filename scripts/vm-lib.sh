@@ -118,8 +118,7 @@ find_kernel() {
 # package of this system that brings one (scripts/deps.sh vm-kernel:
 # installed as root, named otherwise).  Sets vm_ver and vm_root, or dies.
 kernel_for_vms() {
-	local none="no kernel in /boot can boot the Soft-RoCE VM"
-	local why="each one's reason is above"
+	local none="no kernel in /boot can boot the Soft-RoCE VM" why="each one's reason is above"
 	[ -n "$(boot_kernels)" ] || why="/boot has none"
 	if command -v apt-get >/dev/null && command -v dpkg >/dev/null &&
 		[ -r "$DEBIAN_KEYRING" ]; then
@@ -224,9 +223,7 @@ choose_accel() {
 	*) die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'" ;;
 	esac
 	if [ ! -r /dev/kvm ] || [ ! -w /dev/kvm ]; then
-		vm_accel=tcg
-		say "accelerator: TCG, software emulation (no usable /dev/kvm)"
-		return
+		vm_accel=tcg; say "accelerator: TCG, software emulation (no usable /dev/kvm)"; return
 	fi
 	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
 	if [ ! -s "$cache" ]; then
