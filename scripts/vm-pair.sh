@@ -57,8 +57,7 @@ usage() { echo "usage: $0 [--pcap FILE] CMD [ARGS...]" >&2; exit 2; }
 # The addresses are of RFC 2544's benchmarking range, and only ever inside
 # the VMs; the MACs are locally administered ones, of qemu's own prefix.
 run_vm() {
-	local role=$1 job=$2 host=$3 n=0 net args=() macs='' addrs='' servers=''
-	local status=0 mac
+	local role=$1 job=$2 host=$3 n=0 net mac args=() macs='' addrs='' servers='' status=0
 	shift 3
 	for net in "$@"; do
 		mac=$(printf '52:54:00:00:%02x:%02x' "$n" "$host")
@@ -150,8 +149,7 @@ outcome() {
 }
 
 cleanup() {
-	[ -z "$server" ] || stop_qemu "$server"
-	[ -z "$client" ] || stop_qemu "$client"
+	if [ -n "$server" ]; then stop_qemu "$server"; stop_qemu "$client"; fi
 	wait
 	rm -rf "$pair" "$cable"
 }
