@@ -59,10 +59,9 @@ qemus() {
 # closed terminal fails writes too).
 test_vm_interrupt() {
 	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 job='' run
-	local why='' want log=$out/$1-$2.log results err reader=''
+	local why='' want log=$out/$1-$2.log err=$out/$1-$2.log.err results reader=''
 	shift 4
 	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
-	err=$log.err
 	if [[ $name == *_dead_stderr ]]; then
 		err=$log.fifo
 		mkfifo "$err"
