@@ -33,15 +33,13 @@ fi
 # was given; vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per
 # cable, comma separated.
 rxe_on_cables() {
-	local i=1 mac addr nic d
+	local i=1 mac addr nic
 	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
 	for mac in $(echo "$vm_nic_macs" | tr , ' '); do
 		addr=$(echo "$vm_nic_addrs" | cut -d, -f"$i")
-		nic=''
-		for d in /sys/class/net/*; do
-			[ "$(cat "$d/address")" = "$mac" ] && nic=${d##*/}
-		done
-		[ -n "$nic" ] || fail "no network interface has the MAC $mac"
+		nic=$(grep -lxF "$mac" /sys/class/net/*/address) ||
+			fail "no network interface has the MAC $mac"
+		nic=${nic%/address}; nic=${nic##*/}
 		# IPv6 with no router solicitation and no duplicate address
 		# detection: on the cable, besides what a session asks for, only
 		# multicast listener reports, which the trace leaves out.  The
