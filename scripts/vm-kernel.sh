@@ -80,8 +80,7 @@ main() {
 		(cd "$stage" && apt-get -qq "${opts[@]}" download "$pkg") ||
 			die "apt-get download $pkg failed"
 		dpkg -x "$stage"/*.deb "$stage/root" || die "cannot unpack $pkg"
-		depmod -b "$stage/root" "$ver" ||
-			die "cannot index the modules of $pkg (depmod)"
+		depmod -b "$stage/root" "$ver" || die "cannot index the modules of $pkg (depmod)"
 		rm -rf "$dir"
 		mv "$stage/root" "$dir"
 	fi
