@@ -98,8 +98,7 @@ find_kernel() {
 	local ver
 	vm_ver=${VM_KERNEL:-}
 	if [ -n "$vm_ver" ]; then
-		kernel_usable "$vm_ver" ||
-			die "VM_KERNEL=$VM_KERNEL cannot boot the VM: $why_not"
+		kernel_usable "$vm_ver" || die "VM_KERNEL=$VM_KERNEL cannot boot the VM: $why_not"
 	else
 		for ver in $(boot_kernels); do
 			kernel_usable "$ver" && vm_ver=$ver && break
@@ -155,10 +154,9 @@ check_prereqs() {
 }
 
 # Builds the initramfs once per kernel and init script, in build/vm/, and
-# prints its path.  It runs in a command substitution, where set -e does
-# not hold: each step says itself when it fails, so that no broken image is
-# cached; and it is packed in a folder of this run's, so that two runs at
-# once do not write one file.
+# prints its path.  In a command substitution, where set -e does not hold,
+# each step says itself when it fails, so that no broken image is cached;
+# it is packed in a folder of this run's, lest two runs at once write one file.
 build_initramfs() {
 	local ver=$1 root=$2 key image tmp stage files path name
 	files=$(initramfs_modules "$root" "$ver")
