@@ -206,9 +206,10 @@ test_interrupt() {
 		err=$dir/stderr
 	fi
 	# The signal's default action: under nohup, make test would inherit
-	# SIGHUP ignored.
+	# SIGHUP ignored.  Both appending: stdout and stderr may open one file
+	# twice, and each open would write from its start over the other.
 	as_job env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
-		"$dir" "$top" >"$dir/log" 2>"$err"
+		"$dir" "$top" >>"$dir/log" 2>>"$err"
 	harness=$!
 	if ! wait_until "$harness" 60 grep -qs '^granted ' "$dir/client"; then
 		signal_job "$harness" alone TERM 20 || true
