@@ -6,15 +6,9 @@
 # client's run NAME asking SIZE bytes, N writes with a doorbell every K:
 # it must exit 0 and check_session must find all of it.
 client_session() {
-	local t=$1 name=$2 port=$3 size=$4 n=$5 k=$6 granted=$7 status=0 why
-	run_client "$name" "$port" "$RDMA_ADDR" "$size" -n "$n" -k "$k" "${@:8}" || status=$?
-	if [ "$status" != 0 ]; then
-		fail "$t" "client exited $status ($(head -c 300 "$work/$name.err"))"
-	elif why=$(check_session "$name" "$n" "$k" "$granted"); then
-		pass "$t"
-	else
-		fail "$t" "$why"
-	fi
+	local status=0
+	run_client "$2" "$3" "$RDMA_ADDR" "$4" -n "$5" -k "$6" "${@:8}" || status=$?
+	expect_served "$1" "$2" "$5" "$6" "$7" "$status"
 }
 
 test_one_client() {

@@ -5,8 +5,7 @@
 # VM's rping listens; it prints "rping: 3 pings over ADDRESS" on success.
 set -euo pipefail
 
-: "${RDMA_ADDRS:?run this through scripts/vm-pair.sh, which sets RDMA_ADDRS}"
-: "${WIRE_ROLE:?run this through scripts/vm-pair.sh, which sets WIRE_ROLE}"
+: "${RDMA_ADDRS:?run this through scripts/vm-pair.sh}" "${WIRE_ROLE:?run this through scripts/vm-pair.sh}"
 RDMA_ADDR=${RDMA_ADDRS##*,}
 PORT=7474
 
@@ -14,10 +13,8 @@ if [ "$WIRE_ROLE" = server ]; then
 	exec timeout 120 rping -s -a "$RDMA_ADDR" -p "$PORT" -C 3
 fi
 for _ in $(seq 120); do
-	if timeout 20 rping -c -a "$RDMA_ADDR" -p "$PORT" -C 3 >/dev/null 2>&1; then
-		echo "rping: 3 pings over $RDMA_ADDR"
-		exit 0
-	fi
+	timeout 20 rping -c -a "$RDMA_ADDR" -p "$PORT" -C 3 >/dev/null 2>&1 &&
+		{ echo "rping: 3 pings over $RDMA_ADDR"; exit 0; }
 	sleep 0.5
 done
 echo "rping: no answer from $RDMA_ADDR" >&2

@@ -153,6 +153,19 @@ check_session() {
 	slice_back "$grant" "$granted"
 }
 
+# expect_served NAME CLIENT N K GRANTED STATUS: the client (run_client
+# CLIENT, exit STATUS) was served in full, on both sides (check_session).
+expect_served() {
+	local why
+	if [ "$6" != 0 ]; then
+		fail "$1" "client exited $6: $(head -c 300 "$work/$2.err")"
+	elif why=$(check_session "$2" "$3" "$4" "$5"); then
+		pass "$1"
+	else
+		fail "$1" "$why"
+	fi
+}
+
 # slice_back GRANT BYTES: after the server's line GRANT, the line that
 # destroys that QP gives BYTES back to the pool.  Waits up to 10 s for it: a
 # QP is destroyed only once it is quiet, up to 2 s after its disconnect

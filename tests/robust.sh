@@ -180,19 +180,6 @@ expect_stats() {
 	pass_if "$1" "after every client left: '$line'" stats_whole "$line"
 }
 
-# expect_served NAME CLIENT N K GRANTED STATUS: the client (run_client
-# CLIENT, exit STATUS) was served in full, on both sides (check_session).
-expect_served() {
-	local why
-	if [ "$6" != 0 ]; then
-		fail "$1" "client exited $6: $(head -c 300 "$work/$2.err")"
-	elif why=$(check_session "$2" "$3" "$4" "$5"); then
-		pass "$1"
-	else
-		fail "$1" "$why"
-	fi
-}
-
 # A peer that sends every kind of wrong message gets exactly one error reply
 # for each, on one connection that stays up, while a normal client streams
 # beside it undisturbed.
