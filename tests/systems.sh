@@ -556,7 +556,8 @@ no_rxe_in_boot() {
 # run.sh (make test) stopped by SIGTERM, SIGHUP (to it alone: make passes
 # SIGTERM to its child only) or Ctrl-C (SIGINT to its process group) while
 # a stage runs: within seconds it ends by that signal, and so has every
-# process of the stage (here the unit tests, a stand-in that sleeps).
+# process of the stage (here the unit tests, a stand-in that sleeps; a
+# zombie has ended, and waits only for PID 1 to reap it).
 test_run_signal() {
 	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run why=''
 	mkdir -p "$d/tests" "$d/scripts"
@@ -569,7 +570,7 @@ test_run_signal() {
 	signal_job "$run" "$target" "$sig" 10 || why="run.sh still runs 10 s after SIG$sig"
 	if [ -z "$why" ] && [ ! -s "$d/sleep.pid" ]; then
 		why="the stage did not start: $(head -c 300 "$d/log")"
-	elif [ -z "$why" ] && kill -0 "$(cat "$d/sleep.pid")" 2>/dev/null; then
+	elif [ -z "$why" ] && [ -n "$(alive "$(cat "$d/sleep.pid")")" ]; then
 		why="the stage's sleep still runs"
 	elif [ -z "$why" ] && [ "$job_status" != $((128 + $(kill -l "$sig"))) ]; then
 		why="run.sh exited $job_status, not by SIG$sig"
