@@ -90,9 +90,10 @@ group_runs() {
 # signal_job PID group|alone SIG SECONDS: SIG to the job PID (started under
 # set -m: a process group of its own) or to its whole group, as a terminal
 # sends Ctrl-C; then up to SECONDS for every process of the group to end,
-# as a shell waits for a job (a subshell may still run its EXIT trap after
-# the leader is gone).  Sets job_status to the leader's exit status; false
-# if the group still ran, and was then killed.
+# not only the leader: a subshell may still run its EXIT trap after the
+# leader is gone, and a test that looked then would find its work undone.
+# Sets job_status to the leader's exit status; false if the group still
+# ran, and was then killed.
 # shellcheck disable=SC2034 # job_status is the caller's
 signal_job() {
 	local pid=$1 i target=$1
