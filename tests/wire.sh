@@ -33,12 +33,13 @@ declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
 # The server's SIGINT, as tests/basic.sh's test_sigint checks it, from the
 # status the server VM wrote down.
 test_stopped() {
-	local status why=''
+	local status last why=''
 	status=$(cat "$work/server.status" 2>/dev/null || echo none)
+	last=$(tail -n 1 "$work/server.out" 2>/dev/null || true)
 	if [ "$status" != 0 ]; then
 		why="server exited $status after SIGINT"
-	elif ! grep -q '^shutdown signal=SIGINT connections=0 chunks_in_use=0 ' "$work/server.out"; then
-		why="no 'shutdown signal=SIGINT connections=0 chunks_in_use=0' line"
+	elif [[ $last != "shutdown signal=SIGINT "* ]] || ! stats_whole "$last"; then
+		why="last line is not a shutdown line with nothing in use or lost: '$last'"
 	elif [ -s "$work/server.err" ]; then
 		why="server wrote errors: $(head -c 300 "$work/server.err")"
 	fi
