@@ -54,13 +54,7 @@ test_session() {
 	[ "$family" = 4 ] || t=wire/ipv6/$server
 	work=$dir/$name
 	status=$(cat "$work/client.status" 2>/dev/null || echo none)
-	if [ "$status" != 0 ]; then
-		fail "$t/one_client" "client exited $status ($(head -c 300 "$work/client.err" 2>/dev/null))"
-	elif why=$(check_session client "$writes" "$every" "${GRANTED[$size]}"); then
-		pass "$t/one_client"
-	else
-		fail "$t/one_client" "$why"
-	fi
+	expect_served "$t/one_client" client "$writes" "$every" "${GRANTED[$size]}" "$status"
 	test_stopped "$t"
 
 	if why=$("$top/scripts/wire-check.sh" "$pcap" --outputs "$work" \
