@@ -30,10 +30,17 @@ ev rdma_srq_pool_server_ev 7472 10000 12 4 4
 v6 rdma_srq_pool_server_ev 7473 10000 12 4 6"
 declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
 
-# The server's SIGINT, as tests/basic.sh's test_sigint checks it, from the
-# status the server VM wrote down.
-test_stopped() {
-	local status last why=''
+# test_session NAME SERVER SIZE WRITES EVERY FAMILY: one session, from
+# both programs' output (the server's SIGINT as tests/basic.sh's test_sigint
+# checks it, from the status the server VM wrote down), then from the cable.
+test_session() {
+	local name=$1 server=$2 size=$3 writes=$4 every=$5 family=$6
+	local t=wire/$server status last why=''
+	[ "$family" = 4 ] || t=wire/ipv6/$server
+	work=$dir/$name
+	status=$(cat "$work/client.status" 2>/dev/null || echo none)
+	expect_served "$t/one_client" client "$writes" "$every" "${GRANTED[$size]}" "$status"
+
 	status=$(cat "$work/server.status" 2>/dev/null || echo none)
 	last=$(tail -n 1 "$work/server.out" 2>/dev/null || true)
 	if [ "$status" != 0 ]; then
@@ -43,19 +50,7 @@ test_stopped() {
 	elif [ -s "$work/server.err" ]; then
 		why="server wrote errors: $(head -c 300 "$work/server.err")"
 	fi
-	pass_unless "$1/sigint_exits_0" "$why"
-}
-
-# test_session NAME SERVER SIZE WRITES EVERY FAMILY: one session, from
-# both programs' output and then from the cable.
-test_session() {
-	local name=$1 server=$2 size=$3 writes=$4 every=$5 family=$6
-	local t=wire/$server status why
-	[ "$family" = 4 ] || t=wire/ipv6/$server
-	work=$dir/$name
-	status=$(cat "$work/client.status" 2>/dev/null || echo none)
-	expect_served "$t/one_client" client "$writes" "$every" "${GRANTED[$size]}" "$status"
-	test_stopped "$t"
+	pass_unless "$t/sigint_exits_0" "$why"
 
 	if why=$("$top/scripts/wire-check.sh" "$pcap" --outputs "$work" \
 		size="$size" writes="$writes" every="$every" 2>&1); then
