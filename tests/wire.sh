@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
 # The two-machine tests: server and client in two VMs joined by one virtual
 # cable (scripts/vm-pair.sh), and every packet of their sessions checked in
-# the cable's capture (scripts/wire-check.sh).
-#
-# One pair of boots runs every session, one after the other: each server
-# once. For each: the end-to-end checks of one device (tests/lib.sh's
-# check_session, and SIGINT), then every packet of the session on the wire.
-# Last, the checker itself must catch a capture that differs and name the
-# packet, and one rping crosses the boots' second cable.
+# the cable's capture (scripts/wire-check.sh).  One pair of boots runs the
+# sessions of PLAN one after the other, each checked as the end-to-end tests
+# check one device (tests/lib.sh's check_session, and SIGINT), then packet
+# by packet.  Last, the checker itself must catch a capture that differs and
+# name the packet, and one rping crosses the boots' second cable.
 #
 # Runs on this machine (make test's "wire" stage), not in a VM: it boots
 # the two VMs itself. Reports in TAP (tests/report-lib.sh).
