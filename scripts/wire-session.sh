@@ -33,11 +33,7 @@ DONE_TIMEOUT=600 # seconds for every client, the other VM's boot included
 say() { echo "$WIRE_ROLE: $*"; }
 
 # give_up WHY: tell the other VM not to wait for us any more, and fail.
-give_up() {
-	say "$*" >&2
-	mark abort "$WIRE_ROLE: $*"
-	exit 1
-}
+give_up() { say "$*" >&2; mark abort "$WIRE_ROLE: $*"; exit 1; }
 
 # mark NAME [TEXT]: create DIR/NAME, holding TEXT (or the time), as a
 # whole, so the other VM never sees half (each side through its own temp
