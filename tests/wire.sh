@@ -15,11 +15,9 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The VMs see the repository, not this machine's /tmp.
 mkdir -p "$top/build"
 dir=$(mktemp -d "$top/build/wire-test.XXXXXX")
-work=$dir
-report_stage=wire
+work=$dir pcap=$dir/cable.pcap report_stage=wire
 # shellcheck source=tests/lib.sh
 . "$top/tests/lib.sh"
-pcap=$dir/cable.pcap
 # Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY.
 # The first writes more than its slice has slots (4096 bytes: 1024), so
 # the slots wrap round; the last goes over IPv6 (make wire --ipv6).
