@@ -338,7 +338,7 @@ test_stopped() {
 	# shellcheck disable=SC2086 # PIDs, one word each
 	below=$(alive $below)
 	[ -n "$why" ] || [ -z "$below" ] ||
-		why="still running: $(ps -o args= -p "${below//$'\n'/,}" | tr '\n' '|')"
+		why="still running: $(ps -o args= -p "${below//$'\n'/,}" | tr '\n' '|' || true)"
 	# shellcheck disable=SC2086 # the next test starts clean
 	stop_all 10 alive $below
 	[ -n "$why" ] || why=$(left_behind "$before")
