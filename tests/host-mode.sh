@@ -294,11 +294,12 @@ test_overlapping_runs() {
 	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/first.log" 2>&1 &
 	first=$!
-	wait_until "$first" 30 test -e "$dir/up" || true
+	wait_until "$first" 60 test -e "$dir/up" ||
+		why="the first run did not come up: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
 	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" >"$dir/log" 2>&1 &
 	second=$!
 	wait_until "$second" 60 grep -qs '^granted ' "$dir/client" ||
-		why="the second run's client never streamed: $(tail -n 3 "$dir/log" | tr '\n' '|')"
+		why+="the second run's client never streamed: $(tail -n 3 "$dir/log" | tr '\n' '|')"
 	touch "$dir/end"
 	wait "$first" || why+="the first run failed: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
 	sleep 1
