@@ -31,15 +31,14 @@ listen_port() {
 # shell, for wait to give its status) once it has ended; 124 if it still
 # runs after SECONDS (it is then killed).
 await_exit() {
-	local end=$((SECONDS + $2)) status=0
+	local end=$((SECONDS + $2))
 	while ((SECONDS < end)) && kill -0 "$1" 2>/dev/null; do sleep 0.1; done
 	if kill -0 "$1" 2>/dev/null; then
 		kill -KILL "$1" 2>/dev/null || true
 		wait "$1" 2>/dev/null || true
 		return 124
 	fi
-	wait "$1" || status=$?
-	return "$status"
+	wait "$1"
 }
 
 # stop_program PID: SIGINT, as Ctrl-C sends, then await_exit's status.
