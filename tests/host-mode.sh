@@ -444,12 +444,11 @@ test_lock_not_users() {
 	pass_unless lock_not_users "$why"
 }
 
-# Every address soft-roce.sh could take is already there: it takes none,
-# and its last line names that as the cause.  ip lists addresses a line
-# at a time; a check that stopped at the first match made ip's next write
-# fail, and pipefail took that for a free address (two make demo once took
-# one address).  In a network namespace of its own, holding 198.18.0.1 to
-# .254, which the machine's own runs never see.
+# Every address soft-roce.sh could take is already there: it takes none
+# (two make demo at once took one address before its own_address read
+# ip's list whole), and its last line names that as the cause.  In a
+# network namespace of its own, holding 198.18.0.1 to .254, which the
+# machine's own runs never see.
 test_no_free_address() {
 	local t=soft_roce/no_free_address status=0 last before why
 	before=$(machine_state)
