@@ -50,22 +50,17 @@ loaded_modules=() cmd_sid='' cmd_name=''
 
 say() { echo "soft-roce: $*" >&2; }
 
-# run_alive NAME: true if NAME's soft-roce.sh (its PID ends NAME) still runs.
-run_alive() {
-	local pid=${1#"$PREFIX"}
-	pid=${pid#"$PREFIX2"}
-	[[ $pid =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] &&
-		grep -q 'soft-roce\.sh' "/proc/$pid/cmdline" 2>/dev/null
-}
-
 # sweep_leftovers: say so of each rxe_demo or rxe_dem2 device or interface
 # whose run has ended (SIGKILL, lost power) and, as root, remove it.
 sweep_leftovers() {
-	local name
+	local name pid
 	for name in $( (rdma link show 2>/dev/null | awk '{ sub("/.*", "", $2); print $2 }'
 		ip -o link show 2>/dev/null | awk -F': ' '{ sub("@.*", "", $2); print $2 }') |
 		grep -E "^($PREFIX|$PREFIX2)" | sort -u); do
-		run_alive "$name" && continue
+		# Not while its run (the soft-roce.sh whose PID ends NAME) runs.
+		pid=${name#"$PREFIX"} pid=${pid#"$PREFIX2"}
+		if [[ $pid =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ] &&
+			grep -q 'soft-roce\.sh' "/proc/$pid/cmdline" 2>/dev/null; then continue; fi
 		if [ "$(id -u)" != 0 ]; then
 			say "$name was left by a run that has ended; as root:" \
 				"rdma link delete $name; ip link delete $name"
