@@ -9,8 +9,7 @@
 # of these that works (each one tried says in a line why it would not do):
 #   1. RDMA_ADDR already set: on the device you set up yourself.
 #   2. An existing RDMA device of any kind (Soft-RoCE, a RoCE or InfiniBand
-#      NIC): an ACTIVE port whose netdev has an IPv4 address that an rping
-#      reaches.
+#      NIC): an ACTIVE port whose netdev has an IPv4 address rping reaches.
 #   3. As root, on this machine's kernel: Soft-RoCE on an interface of its
 #      own, a dummy with two addresses from 198.18.0.0/15, the benchmarking
 #      range (a /32 on a dummy: packets to it never leave this machine); the

@@ -429,8 +429,7 @@ test_lock_not_users() {
 	# (nobody's own group, by number: not every system names it nogroup.)
 	# shellcheck disable=SC2016 # the user's shell expands them
 	setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups bash -c \
-		': >>"$1" && exec 9<"$1" && flock 9 && : >"$1.held" && exec sleep 600' _ "$lock" \
-		2>"$work/holder.err" &
+		': >>"$1" && exec 9<"$1" && flock 9 && : >"$1.held" && exec sleep 600' _ "$lock" 2>"$work/holder.err" &
 	holder=$!
 	when_finished "kill $holder 2>/dev/null; wait $holder 2>/dev/null; rm -f $lock $lock.held"
 	if ! wait_until "$holder" 30 test -e "$lock.held"; then
