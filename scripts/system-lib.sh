@@ -99,10 +99,12 @@ install_line() {
 # ldd cannot tell: it exits 0 on a static-pie program (measured on Debian
 # 12: gcc -static-pie).  PT_INTERP, which names the loader, is 3 (elf(5)).
 static_elf() {
-	local f=$1 phoff size num i
+	local f=$1 hdr phoff size num i
 	[ -r "$f" ] || return 1
-	# "\177ELF", 64-bit (class 2), little-endian (data 1): x86-64's form.
-	[ "$(od -An -t x1 -N 6 "$f" | tr -d ' \n')" = 7f454c460201 ] || return 1
+	# "\177ELF", 64-bit (class 2), little-endian (data 1), and e_machine
+	# (2 bytes at offset 18) 62, EM_X86_64 (elf(5)).
+	hdr=$(od -An -t x1 -N 20 "$f" | tr -d ' \n') || return 1
+	[ "${hdr:0:12}" = 7f454c460201 ] && [ "${hdr:36:4}" = 3e00 ] || return 1
 	phoff=$(od -An -t u8 -j 32 -N 8 "$f" | tr -d ' ')
 	read -r size num < <(od -An -t u2 -j 54 -N 4 "$f") || return 1 # too short
 	for ((i = 0; i < num; i++)); do

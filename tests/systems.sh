@@ -320,7 +320,7 @@ test_vm_stopped_while_packing() {
 
 # The static-busybox probe (the VM's init runs busybox before any shared
 # library can be reached): a program with no loader passes, static-pie too
-# (where ldd exits 0), and one with a loader fails.
+# (where ldd exits 0), and one with a loader fails, as does one for aarch64.
 test_static_probe() {
 	local t=static_busybox_probe why='' f
 	echo 'int main(void) { return 0; }' >"$work/hello.c"
@@ -332,6 +332,9 @@ test_static_probe() {
 		static_elf "$work/$f" || why+="$f taken for dynamic; "
 	done
 	! static_elf "$work/dynamic" || why+="dynamic taken for static; "
+	cp "$work/static" "$work/aarch64" # e_machine 183, EM_AARCH64 (elf(5))
+	printf '\267' | dd of="$work/aarch64" bs=1 seek=18 conv=notrunc 2>/dev/null
+	! static_elf "$work/aarch64" || why+="an aarch64 program taken for x86-64; "
 	! static_elf "$top/tests/os-release/debian-12" || why+="a text file taken for a program; "
 	pass_unless "$t" "$why"
 }
