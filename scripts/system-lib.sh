@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# system-lib.sh: which system this is, and its names for what the project
-# needs (scripts/packages.txt).  Sourced by deps.sh, doctor.sh and vm-lib.sh.
+# system-lib.sh: which system this is, its names for what the project needs
+# (scripts/packages.txt), and a run's locks, folders, signals and stops.
 #
 #   read_os_release        sets os_id, os_like, os_version and os_name from
 #                          OS_RELEASE (fails if it cannot be read), else
