@@ -4,13 +4,9 @@
 # installed and nothing is changed: deps.sh --dry-run prints the command it
 # would run there, and the doctor is run where rdma_rxe is missing, as on
 # Ubuntu without linux-modules-extra, on Fedora without kernel-modules,
-# or in a container, to see the fix it gives each.  What each package the
-# table picks brings is checked: on this system by asking dpkg, and for
-# Ubuntu, Fedora and RHEL against tests/packaging/, read from their own
-# packaging.  A kernel fetch for the VMs (scripts/vm-kernel.sh) that fails
-# half way must leave nothing behind, and where /boot has no kernel with
-# rdma_rxe the VM must boot one fetched for it, installing nothing.  Reports
-# in TAP (tests/report-lib.sh); a test this user cannot run says SKIP.
+# or in a container, to see the fix it gives each.  Each test's comment
+# says what else it holds the scripts to.  Reports in TAP
+# (tests/report-lib.sh); a test this user cannot run says SKIP.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -445,8 +441,9 @@ packaging_meaning() (
 	done < <(grep -v '^#' "$PACKAGES_TABLE")
 )
 
-# Every other system's choices, held to what its packaging says: each need
-# of the table, for each system the table names.
+# Every other system's choices, held to what its packaging says
+# (tests/packaging/, read from Ubuntu's, Fedora's and RHEL's own): each
+# need of the table, for each system the table names.
 test_packaging() {
 	local sys packaging out
 	for sys in ubuntu-22.04 ubuntu-24.04 fedora-42 rhel-9.6 rocky-9.3 almalinux-9.6; do
