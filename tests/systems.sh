@@ -281,13 +281,9 @@ test_no_network() {
 test_space_in_kernel_cache() {
 	local t=vm/space_in_kernel_cache cache="$work/kernels here" status=0 out=$work/cache.out
 	KERNEL_CACHE=$cache VM_KERNEL='' timeout 20 "$top/scripts/vm-run.sh" true >"$out" 2>&1 || status=$?
-	if [ "$status" = 124 ]; then
-		fail "$t" "vm-run.sh still ran after 20 s: $(tail -n 2 "$out" | paste -sd' ')"
-	elif [ -e "$cache" ]; then
-		fail "$t" "it made '$cache' first"
-	else
-		fails_saying "$t" "$status" "$out" -F "KERNEL_CACHE, $cache, has spaces"
-	fi
+	[ "$status" != 124 ] || { fail "$t" "vm-run.sh still ran after 20 s: $(tail -n 2 "$out" | paste -sd' ')"; return; }
+	[ ! -e "$cache" ] || { fail "$t" "it made '$cache' first"; return; }
+	fails_saying "$t" "$status" "$out" -F "KERNEL_CACHE, $cache, has spaces"
 }
 
 # vm-run.sh stopped while it packs the VM's initramfs, with a new image to
@@ -469,11 +465,8 @@ test_vm_kernel_failed_fetch() {
 	stand_in "$bin/apt-get" '#!/bin/sh\ncase " $* " in *" download "*) echo not-a-deb >linux-image-0.0-fake_1_amd64.deb ;; esac\n'
 	KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/vm-kernel.err" || status=$?
 	left=$(find "$cache" -mindepth 1 -maxdepth 1 -name 'fetch.*' 2>/dev/null) || true
-	if [ -n "$left" ]; then
-		fail "$t" "it left $left behind"
-	else
-		fails_saying "$t" "$status" "$work/vm-kernel.err" 'cannot unpack linux-image-0.0-fake'
-	fi
+	[ -z "$left" ] || { fail "$t" "it left $left behind"; return; }
+	fails_saying "$t" "$status" "$work/vm-kernel.err" 'cannot unpack linux-image-0.0-fake'
 }
 
 # Two vm-kernel.sh at once (two make test) take turns: apt-get (here one
