@@ -108,8 +108,7 @@ static_elf() {
 	phoff=$(od -An -t u8 -j 32 -N 8 "$f" | tr -d ' ')
 	read -r size num < <(od -An -t u2 -j 54 -N 4 "$f") || return 1 # too short
 	for ((i = 0; i < num; i++)); do
-		[ "$(od -An -t u4 -j $((phoff + i * size)) -N 4 "$f" | tr -d ' ')" != 3 ] ||
-			return 1
+		[ "$(od -An -t u4 -j $((phoff + i * size)) -N 4 "$f" | tr -d ' ')" != 3 ] || return 1
 	done
 }
 
