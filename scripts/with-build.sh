@@ -25,9 +25,7 @@ lock() {
 	flock "$1" 9
 }
 
-ours() {
-	[ "$(cat build/flags 2>/dev/null)" = "$want" ]
-}
+ours() { [ "$(cat build/flags 2>/dev/null)" = "$want" ]; }
 
 while :; do
 	if ours; then lock -s; else lock -x; fi
