@@ -28,11 +28,16 @@ lock() {
 ours() { [ "$(cat build/flags 2>/dev/null)" = "$want" ]; }
 
 while :; do
-	if ours; then lock -s; else lock -x; fi
-	# shellcheck disable=SC2086 # the targets, one word each
-	make $1
-	flock -s 9 # (whole to shared: another make may take it in between)
-	ours && break
+	if ours; then how=-s; else how=-x; fi
+	lock "$how"
+	# Shared, it serves only flags still ours: a make of other flags may
+	# have rebuilt while this one waited, and now runs its programs.
+	if [ "$how" = -x ] || ours; then
+		# shellcheck disable=SC2086 # the targets, one word each
+		make $1
+		flock -s 9 # (whole to shared: another make may take it in between)
+		ours && break
+	fi
 	flock -u 9
 done
 exec "${@:2}"
