@@ -45,15 +45,14 @@ test_cm_retry
 for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	# The protocol, as it should go.
 	if start_server "$server"; then
-		port=$server_port
-		test_one_client "$server" "$port"
-		test_eight_clients "$server" "$port"
-		test_deny "$server/deny_size_0" "$port" 0 EINVAL
-		test_deny "$server/deny_larger_than_pool" "$port" $((server_pool + 1)) EINVAL
-		client_session "$server/serves_after_deny" after "$port" 4096 100 10 4096
-		test_client_modes "$server" "$port"
-		test_lapping "$server" "$port"
-		test_client_quiet "$server" "$port"
+		test_one_client "$server" "$server_port"
+		test_eight_clients "$server" "$server_port"
+		test_deny "$server/deny_size_0" "$server_port" 0 EINVAL
+		test_deny "$server/deny_larger_than_pool" "$server_port" $((server_pool + 1)) EINVAL
+		client_session "$server/serves_after_deny" after "$server_port" 4096 100 10 4096
+		test_client_modes "$server" "$server_port"
+		test_lapping "$server" "$server_port"
+		test_client_quiet "$server" "$server_port"
 		test_sigint "$server"
 	else
 		give_up "$server/starts" "no 'listen' line within 20 s"
@@ -62,13 +61,12 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	# Bad input and misbehaving peers, against one server that must
 	# survive all of it with nothing leaked.
 	if start_server "$server"; then
-		port=$server_port
-		test_server_args "$server" "$port"
-		test_bad_messages "$server" "$port"
-		test_size_edges "$server" "$port"
-		test_oversized_message "$server" "$port"
-		test_client_killed "$server" "$port"
-		test_cycles "$server" "$port"
+		test_server_args "$server" "$server_port"
+		test_bad_messages "$server" "$server_port"
+		test_size_edges "$server" "$server_port"
+		test_oversized_message "$server" "$server_port"
+		test_client_killed "$server" "$server_port"
+		test_cycles "$server" "$server_port"
 		stop_server || fail "$server/survives_everything" "exit status $?"
 	else
 		give_up "$server/starts" "no 'listen' line within 20 s"
