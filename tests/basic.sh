@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
-# The protocol working as it should, against one server: sourced by e2e.sh
-# after lib.sh. Each test_* function takes the server's name and port.
+# The protocol working as it should, against one server, and make bench's
+# smoke run: sourced by e2e.sh after lib.sh. Most test_* take SERVER PORT.
 
 # client_session T NAME PORT SIZE N K GRANTED [OPTIONS...]: test T, the
 # client's run NAME asking SIZE bytes, N writes with a doorbell every K:
