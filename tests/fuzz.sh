@@ -22,7 +22,7 @@ if [ "$status" = 0 ] && [ -n "$runs" ] && [ "$runs" -gt 0 ]; then
 else
 	echo "not ok - fuzz/ctrl_msg: the fuzzer exited $status"
 	tail -n 30 "$scratch/log" | sed 's/^/# /'
-	for crash in "$scratch"/crash-* "$scratch"/leak-*; do
+	for crash in "$scratch"/{crash,leak,oom,timeout}-*; do
 		[ -e "$crash" ] && echo "# input that fails: $(od -An -tx1 "$crash" | tr -d '\n')"
 	done
 	exit 1
