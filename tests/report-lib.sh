@@ -18,7 +18,6 @@ failed=0 reported=' '
 : "${report_prefix:=}" "${report_stage:=}"
 report_plan_file=$(dirname "${BASH_SOURCE[0]}")/plan.txt
 
-# report_plan: the plan line, from tests/plan.txt.
 report_plan() { echo "1..$(grep -c "^$report_stage " "$report_plan_file")"; }
 
 # report OK NAME[ NOTE] [WHY]: NAME's line; the plan must name it, once.
@@ -45,8 +44,7 @@ pass_unless() { if [ -n "$2" ]; then fail "$1" "$2"; else pass "$1"; fi; }
 # WHY (expanded before CMD runs: it may name only what is known by then).
 pass_if() { if "${@:3}"; then pass "$1"; else fail "$1" "$2"; fi; }
 
-# skip NAME WHY: NAME (a test, or a group of them in the plan) cannot run
-# for this user.  Under CI each one fails instead.
+# skip NAME WHY: NAME, a test or a group of them in the plan, is skipped.
 skip() {
 	local names name
 	names=$(awk -v s="$report_stage" -v n="$report_prefix$1" '$1 == s &&
@@ -63,13 +61,11 @@ skip() {
 	done
 }
 
-# needs_root NAME WHY: true as root; otherwise NAME is skipped, saying why
-# the test needs root (under CI, a failure).
+# needs_root NAME WHY: true as root, else skips NAME ("needs root, to WHY").
 needs_root() {
 	[ "$(id -u)" = 0 ] || { skip "$1" "needs root, to $2"; return 1; }
 }
 
-# report_end: true if nothing failed.
 report_end() { [ "$failed" = 0 ]; }
 
 # as_job CMD...: CMD in the background as a terminal's job, in a process
