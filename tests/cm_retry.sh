@@ -9,7 +9,7 @@
 # rdma_accept()'s retry_count is not used, the ACK timeout reaches the
 # active QP only, and min_rnr_timer is 0 on both.
 
-# cm_probe_case CONNECT_RETRY CONNECT_RNR ACCEPT_RETRY ACCEPT_RNR ACK_TIMEOUT
+# test_cm_probe_case CONNECT_RETRY CONNECT_RNR ACCEPT_RETRY ACCEPT_RNR ACK
 test_cm_probe_case() {
 	local a=$1 b=$2 c=$3 d=$4 ack=$5 t="cm_probe/connect_${1}_${2}_accept_${3}_${4}"
 	local out=$work/cm_probe.out status=0 passive why=''
