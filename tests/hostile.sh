@@ -1,8 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # Peers that hold a place they do not use, break their QP, revoke another
-# client's key, or a reader that stalls the server's output: each must
-# cost the server nothing lasting. Sourced by e2e.sh after lib.sh and
-# robust.sh; each test starts a server of its own.
+# client's key, or a reader that stalls the server's output: each must cost
+# the server nothing lasting. Sourced by e2e.sh after lib.sh and robust.sh.
 
 # server_end T [NAME [PID...]]: every place and chunk back (T/NAME, by
 # default T/nothing_lost), the peers PID then ended, and the server exits
