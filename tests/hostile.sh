@@ -237,13 +237,13 @@ test_device_limits() {
 	pass_unless "$t/never_listens" "$(sed -n 's/^listen /it listened first: &/p' "$work/cmd.out")"
 }
 
-# server_into_fifo PROGRAM READER [--stderr-too] [OPTIONS...]: the
+# server_into_fifo T PROGRAM READER [--stderr-too] [OPTIONS...]: the
 # server's stdout (and stderr) into a FIFO that the shell command READER
 # reads, its output in $work/server.out; waits until the server listens
-# (false if it does not: both then ended).
+# (else T fails, both are ended, and false).
 server_into_fifo() {
-	local program=$1 reader=$2 err=$work/server.err
-	shift 2
+	local t=$1 program=$2 reader=$3 err=$work/server.err
+	shift 3
 	[ "${1:-}" != --stderr-too ] || { err=$work/fifo; shift; }
 	rm -f "$work"/*.out "$work"/*.err "$work/fifo"
 	mkfifo "$work/fifo"
@@ -252,8 +252,7 @@ server_into_fifo() {
 	"$top/$program" --port 0 "$@" >"$work/fifo" 2>"$err" &
 	server_pid=$!
 	server_port=$(listen_port "$work/server.out" "$server_pid") && return
-	stop_server || true # (see give_up)
-	end_jobs "$reader_pid"
+	give_up "$t" "server did not start" "$reader_pid"
 	return 1
 }
 
@@ -262,7 +261,7 @@ server_into_fifo() {
 # unposted while every client meets "receiver not ready".
 test_output_stalled() {
 	local s=$1 t=$1/output_stalled status=0
-	server_into_fifo "$s" 'head -n 1; exec sleep 600' || { fail "$t" "server did not start"; return; }
+	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' || return 0
 	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
 	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
@@ -281,7 +280,7 @@ test_output_stalled() {
 # and exit 1.
 test_output_gone() {
 	local s=$1 t=$1/output_gone status=0
-	server_into_fifo "$s" 'head -n 1' || { fail "$t" "server did not start"; return; }
+	server_into_fifo "$t" "$s" 'head -n 1' || return 0
 	wait "$reader_pid" 2>/dev/null || true
 	run_client gone "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
 	await_exit "$server_pid" 10 || status=$?
@@ -322,7 +321,7 @@ test_mismatch_flood() {
 # and stop on SIGINT.
 test_stderr_stalled() {
 	local s=$1 t=$1/stderr_stalled status=0
-	server_into_fifo "$s" 'head -n 1; exec sleep 600' --stderr-too || { fail "$t" "server did not start"; return; }
+	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' --stderr-too || return 0
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
 	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \
