@@ -146,15 +146,14 @@ expect_lines() {
 
 # stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its
 # answer (a "stats device=..." line per device, then the totals, "stats
-# connections=...") passes WHY ANSWER (by default: the totals say that
-# nothing is in use, stats_whole): 20 asks at most, 0.4 s apart, each
-# waiting up to 1 s for its answer (about 8 s in all when every answer
-# comes at once and fails WHY, about 30 s when none comes); prints the
-# last answer.
+# connections=...") passes WHY ANSWER (by default totals_whole: the totals
+# say that nothing is in use); prints the last answer.  20 asks at most,
+# 0.4 s apart, each waiting up to 1 s for its answer: about 8 s in all when
+# every answer comes at once and fails WHY, about 30 s when none comes.
 # Only answers since the call count: an older one says nothing of now.
 # (The log is only ever read: the server keeps writing to that very file.)
-# A server that is gone answers that it is: a kill that fails would end
-# the whole stage under set -e, where its tests should fail by name.
+# A server that is gone answers so: a kill that fails would end the whole
+# stage under set -e, where its tests should fail by name.
 stats_idle() {
 	local answer='' i j first seen
 	first=$(stats_answers)
