@@ -659,8 +659,7 @@ test_isolation() {
 	# what slot 0 holds. Last it tries to read it back, which nothing in
 	# the pool allows.
 	rm -f "$work/go"
-	peer_steps owner "$server_port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0 &
-	owner=$!
+	peer_bg owner "$server_port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0
 	await_line "$work/owner.out" '^write off=0 status=' 20 || true # expect_lines says
 	# The intruder's slice comes right after it: its offset -4096 is the
 	# owner's slot 0.  2049 is 1025 one lap later: a doorbell that finds it
@@ -671,7 +670,7 @@ test_isolation() {
 	touch "$work/go"
 	# What the kernel holds for the server while the owner holds a slice.
 	mrs=$(rdma resource show mr 2>/dev/null | grep " pid $server_pid " || true)
-	wait "$owner" || true
+	wait "$peer_pid" || true
 
 	want_write=IBV_WC_REM_ACCESS_ERR want_value='1025 ok'
 	[ "$mode" != none ] || want_write=IBV_WC_SUCCESS want_value='2049 lapped'
@@ -720,7 +719,7 @@ test_isolation() {
 # full pool, is why it denies it (ENOMEM, the only status the protocol has
 # for "no memory").
 test_isolation_unprivileged() {
-	local s=$1 t=$1/isolation_mr/unprivileged pid port
+	local s=$1 t=$1/isolation_mr/unprivileged port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
 	as_user 2048
 	rm -f "$work"/*.out "$work"/*.err
@@ -728,11 +727,10 @@ test_isolation_unprivileged() {
 	server_pid=$!
 	port=$(listen_port "$work/server.out" "$server_pid") ||
 		{ give_up "$t" "the server did not listen: $(head -c 300 "$work/server.err")"; return; }
-	peer_steps first "$port" req:1048576 sleep:4000 &
-	pid=$!
+	peer_bg first "$port" req:1048576 sleep:4000
 	await_line "$work/first.out" '^reply ' 20 || true
 	peer_steps second "$port" req:1048576 || true
-	wait "$pid" || true
+	wait "$peer_pid" || true
 	expect_lines "$t/first_slice_granted" "$work/first.out" <<<"reply status=0 size=1048576 rkey=KEY"
 	expect_lines "$t/second_denied" "$work/second.out" <<<"reply status=ENOMEM size=0 rkey=0x0"
 	if grep -q 'ibv_reg_mr(slice): Cannot allocate memory' "$work/server.err" &&
