@@ -426,7 +426,7 @@ test_lock_not_users() {
 	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && when_finished "rmdir /run/lock"; }
 	rm -f "$lock" "$lock.held"
 	# Each step only once the last worked: .held must mean the lock is held.
-	# (nobody's own group, by number: not every system names it nogroup.)
+	# (nobody's own group, by number, whatever this system calls it.)
 	# shellcheck disable=SC2016 # the user's shell expands them
 	setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups bash -c \
 		': >>"$1" && exec 9<"$1" && flock 9 && : >"$1.held" && exec sleep 600' _ "$lock" 2>"$work/holder.err" &

@@ -171,6 +171,22 @@ expect_served() {
 	fi
 }
 
+# expect_shutdown NAME STATUS: the server, stopped by SIGINT, exited
+# STATUS 0, its last line is its shutdown line with nothing in use or lost,
+# and it wrote no error.
+expect_shutdown() {
+	local last why=''
+	last=$(tail -n 1 "$work/server.out" 2>/dev/null || true)
+	if [ "$2" != 0 ]; then
+		why="server exited $2 after SIGINT"
+	elif [[ $last != "shutdown signal=SIGINT "* ]] || ! stats_whole "$last"; then
+		why="last line is not a shutdown line with nothing in use or lost: '$last'"
+	elif [ -s "$work/server.err" ]; then
+		why="server wrote errors: $(head -c 300 "$work/server.err")"
+	fi
+	pass_unless "$1" "$why"
+}
+
 # slice_back GRANT BYTES: after the server's line GRANT, the line that
 # destroys that QP gives BYTES back to the pool.  Waits up to 10 s for it: a
 # QP is destroyed only once it is quiet, up to 2 s after its disconnect
