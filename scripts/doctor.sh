@@ -292,15 +292,15 @@ check_nodes() {
 	check_node "$what" "$node" "as root: modprobe ib_uverbs"
 }
 
-# ibv_reg_mr pins memory, and the kernel counts every pinned page against
-# RLIMIT_MEMLOCK (ulimit -l), unless the process has CAP_IPC_LOCK: root is
-# exempt, any other user is not.
+# ibv_reg_mr pins memory, and the kernel (ib_umem_get) counts every pinned
+# page against RLIMIT_MEMLOCK (ulimit -l) unless the process has
+# CAP_IPC_LOCK: root does, unless its container drops it; others do not.
 check_memlock() {
 	local what=memlock limit hard cap fix limits
 	limit=$(ulimit -S -l) hard=$(ulimit -H -l)
 	cap=$(awk '$1 == "CapEff:" { print $2 }' "/proc/$$/status")
 	if ((0x${cap:-0} >> CAP_IPC_LOCK & 1)); then
-		ok "$what" "exempt: $user has CAP_IPC_LOCK (root always does), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
+		ok "$what" "exempt: $user has CAP_IPC_LOCK (as root does, unless its container drops it), which lifts ulimit -l ($limit KiB) for ibv_reg_mr; other users need $NEED_KIB KiB"
 	elif [ "$limit" = unlimited ]; then
 		ok "$what" "ulimit -l unlimited"
 	elif ((limit >= NEED_KIB)); then
