@@ -219,19 +219,6 @@ gid_index() {
 
 LO_WHY="rdma_cm cannot route to 127.0.0.1 / lo on Debian 12's 6.1 kernel (rdma_resolve_route: No such device)"
 
-# Only a loopback address (rxe on lo, or 127.x on its netdev): newer kernels
-# route rdma_cm to it, Debian 12's 6.1 does not.  rping tells which this is.
-check_loopback() {
-	local what=$1 a=$2
-	if rping_works "$a"; then
-		addr=$a
-		ok "$what" "$a on $link_netdev: rdma_cm reaches it on this kernel (not on Debian 12's 6.1)"
-	else
-		failed "$what" "only $a on $link_netdev: $LO_WHY" \
-			"put rxe on a netdev with a real address: as root: rdma link delete $link_dev; rdma link add rxe0 type rxe netdev ${suggested_netdev:-eth0}"
-	fi
-}
-
 check_address() {
 	local what='IPv4 address' addrs a index type
 	[ -n "$link_dev" ] || { skip "$what" "no ACTIVE RDMA device"; return; }
@@ -247,14 +234,21 @@ check_address() {
 		note "127.0.0.1 will not do: $LO_WHY"
 		return
 	done
+	a=$(head -n 1 <<<"$addrs")
 	if [ -z "$addrs" ]; then
 		failed "$what" "none on $link_netdev, the netdev under $link_dev" \
 			"as root: ip addr add ADDRESS/PREFIX dev $link_netdev"
-	elif ! grep -qv '^127\.' <<<"$addrs"; then
-		check_loopback "$what" "$(head -n 1 <<<"$addrs")"
-	else
+	elif grep -qv '^127\.' <<<"$addrs"; then
 		failed "$what" "no GID of $link_dev/$link_port holds $(grep -v '^127\.' <<<"$addrs" | head -n 1) (rxe fills the table from the netdev's addresses)" \
 			"as root: rdma link delete $link_dev; rdma link add $link_dev type rxe netdev $link_netdev"
+	# Only a loopback address (rxe on lo, or 127.x on its netdev): newer
+	# kernels route rdma_cm to it, Debian 12's 6.1 does not; rping tells.
+	elif rping_works "$a"; then
+		addr=$a
+		ok "$what" "$a on $link_netdev: rdma_cm reaches it on this kernel (not on Debian 12's 6.1)"
+	else
+		failed "$what" "only $a on $link_netdev: $LO_WHY" \
+			"put rxe on a netdev with a real address: as root: rdma link delete $link_dev; rdma link add rxe0 type rxe netdev ${suggested_netdev:-eth0}"
 	fi
 }
 
