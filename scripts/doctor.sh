@@ -5,18 +5,17 @@
 # rdma_cm can use, the device nodes, the memlock limit, and last a real
 # connection (rping).  Needs no build and changes nothing.
 #
-# One line per check, to grep:
+# One line per check, to grep (and "note ..." lines, not counted):
 #   ok   WHAT: what was found
 #   FAIL WHAT: what is wrong
 #        fix: one line that fixes it
-#   skip WHAT: why it could not be checked (an earlier check failed)
+#   skip WHAT: why it could not be checked (as when an earlier one failed)
 # then "doctor: N checks: N ok, N failed, N skipped".  Exits 0 when nothing
 # failed, 1 otherwise.
 #
 # The fixes speak this system's language: its package names and manager
-# (scripts/packages.txt; OS_RELEASE=FILE reads another system's
-# os-release), and in a container, what must happen on the host or where
-# the container is started.
+# (scripts/packages.txt; OS_RELEASE=FILE reads another system's os-release),
+# and in a container, what must happen on the host or where it is started.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,9 +45,7 @@ suggested_netdev='' # a netdev to suggest for "rdma link add"
 user=''             # who runs this: device nodes and memlock are per user
 rxe_available=false # rdma_rxe loaded, built in, loadable, or not needed
 devices=()          # names under /sys/class/infiniband
-link_dev=''         # the first device with an ACTIVE port, its port,
-link_port=''        # and the netdev under it (empty for InfiniBand)
-link_netdev=''
+link_dev='' link_port='' link_netdev='' # the first ACTIVE port, and its netdev (empty: InfiniBand)
 addr=''             # the IPv4 address clients should connect to
 
 # The lines the header shows, each counted but a note's.
