@@ -71,16 +71,14 @@ detect_container() {
 }
 
 # install_of NEED: the line that installs NEED (a need of packages.txt)
-# here; fails where no package brings it.
+# here; fails where no package brings it.  fix_install NEED WHAT: that
+# line as a fix, or one that says to install WHAT by hand.
 install_of() {
 	local pkgs
 	pkgs=$(packages_of "$1")
 	case $pkgs in '' | - | !) return 1 ;; esac
 	install_line "$pkgs"
 }
-
-# fix_install NEED WHAT: the fix that installs NEED, or says to install
-# WHAT by hand.
 fix_install() { install_of "$1" || echo "install $2 (this system has no package for it in scripts/packages.txt)"; }
 
 check_module() {
