@@ -58,15 +58,13 @@ note() { printf 'note %s\n' "$1"; }
 # variable "container" where set (even empty), as systemd reads it from
 # PID 1; else podman's /run/.containerenv or docker's /.dockerenv.
 detect_container() {
-	local env
 	[ -z "${container+set}" ] || return 0 # as the environment says
-	container='' # none, but set: the checks read it under set -u
 	if [ -e /run/.containerenv ]; then
 		container=podman
 	elif [ -e /.dockerenv ]; then
 		container=docker
-	elif env=$(tr '\0' '\n' 2>/dev/null </proc/1/environ | grep '^container='); then
-		container=${env#container=}
+	else # PID 1's, else none but set: the checks read it under set -u
+		container=$(tr '\0' '\n' 2>/dev/null </proc/1/environ | sed -n 's/^container=//p') || true
 	fi
 }
 
