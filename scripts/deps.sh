@@ -90,9 +90,8 @@ main() {
 	fi
 	read_os_release
 
-	# Every need of the wanted purposes that this machine lacks (all of
-	# them, for another system's os-release), and its packages here; and
-	# the notes for this system.
+	# Each wanted need this machine lacks (all, for another system's
+	# os-release) and its packages here; and this system's notes.
 	while read -r purpose need probe rest; do
 		[[ $purpose == \#* || -z $purpose ]] && continue
 		desc=${rest#*# }
@@ -149,9 +148,8 @@ main() {
 		update=$(grep -m 1 '^[WE]: Failed to fetch' <<<"$update") || true
 		if ! out=$(DEBIAN_FRONTEND=noninteractive "${cmd[@]}" -qq 2>&1 >/dev/null); then
 			[ -n "$update" ] || { echo "$out" >&2 && return 1; }
-			say "cannot install ${pkgs[*]}: apt-get update could not" \
-				"reach the package archive (${update#?: }); give this" \
-				"machine the network, or install them by hand"
+			say "cannot install ${pkgs[*]}: apt-get update could not reach the package archive" \
+				"(${update#?: }); give this machine the network, or install them by hand"
 			return 1
 		fi
 	else
