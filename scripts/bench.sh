@@ -175,11 +175,14 @@ sum_first() {
 # ticks of /proc/PID/stat are too coarse for a few hundred doorbells.
 server_cpu_ns() { sum_first "/proc/$server_pid/task/"*/schedstat; }
 
-# rnr_naks: "receiver not ready" NAKs the device's responders have sent so
-# far (a doorbell found the SRQ empty; the writer's NIC retries it), or "-"
+# rnr_naks: "receiver not ready" NAKs RDMA_DEV's responders have sent so far
+# (a doorbell found the SRQ empty; the writer's NIC retries it), or "-"
 # where the device has no such counter (the pattern then matches nothing).
+# Not another run's device, made or removed meanwhile: every device's only
+# where RDMA_DEV is unset (RDMA_ADDR given by hand).
 rnr_naks() {
-	local counters=(/sys/class/infiniband/*/ports/*/hw_counters/send_rnr_err)
+	# shellcheck disable=SC2206 # a device's name, or the pattern *
+	local counters=(/sys/class/infiniband/${RDMA_DEV:-*}/ports/*/hw_counters/send_rnr_err)
 	if [ -r "${counters[0]}" ]; then sum_first "${counters[@]}"; else echo -; fi
 }
 
@@ -580,7 +583,7 @@ scale_row() {
 	printf 'scaling=%q\n' "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes"
 	printf 'lat=%q\n' "$lat_rounds round(s), every server once per round in turn; each time $lat_clients client(s) of $lat_doorbells doorbells (K=1, W=1) one after the other, then $lat_idle_seconds s idle"
 	printf 'busy_default=%q\n' "$busy_default"
-	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device $(cd /sys/class/infiniband && echo *) at $RDMA_ADDR"
+	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device ${RDMA_DEV:-$(cd /sys/class/infiniband && echo *)} at $RDMA_ADDR"
 } >"$out/run.env"
 measure_headline
 if [ "$mode" != headline ]; then
