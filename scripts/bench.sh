@@ -577,14 +577,12 @@ scale_row() {
 			 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
 }
 
-{
-	printf 'writes=%q\n' "$writes"
-	printf 'load=%q\n' "$load_clients clients, each $load_writes writes with a doorbell every $load_k"
-	printf 'scaling=%q\n' "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes"
-	printf 'lat=%q\n' "$lat_rounds round(s), every server once per round in turn; each time $lat_clients client(s) of $lat_doorbells doorbells (K=1, W=1) one after the other, then $lat_idle_seconds s idle"
-	printf 'busy_default=%q\n' "$busy_default"
-	printf 'where=%q\n' "kernel $(uname -r), $(nproc) CPUs, device ${RDMA_DEV:-$(cd /sys/class/infiniband && echo *)} at $RDMA_ADDR"
-} >"$out/run.env"
+printf '%s=%q\n' writes "$writes" \
+	load "$load_clients clients, each $load_writes writes with a doorbell every $load_k" \
+	scaling "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes" \
+	lat "$lat_rounds round(s), every server once per round in turn; each time $lat_clients client(s) of $lat_doorbells doorbells (K=1, W=1) one after the other, then $lat_idle_seconds s idle" \
+	busy_default "$busy_default" \
+	where "kernel $(uname -r), $(nproc) CPUs, device ${RDMA_DEV:-$(cd /sys/class/infiniband && echo *)} at $RDMA_ADDR" >"$out/run.env"
 measure_headline
 if [ "$mode" != headline ]; then
 	measure_rates
