@@ -78,8 +78,7 @@ slice=1048576
 # Scaling: each client is granted a slice of exactly its writes (every
 # slot written once, as above), and the server a pool of exactly the most
 # clients' slices (--pool-size), so they all fit whatever scale_writes is.
-scale_k=64
-scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
+scale_k=64 scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
 ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
 # The servers compared, each "PROGRAM [OPTIONS...]" (the tables and plots
