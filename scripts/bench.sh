@@ -524,9 +524,18 @@ measure_cpu() {
 
 row scale server clients writes doorbells wall_s cpu_s slowest_s rnr_naks
 
-# How each server copes with more clients at once.
+# How each server copes with more clients at once: for each N of
+# scale_clients, N clients at once, each scale_writes writes into a slice of
+# its own; a row of the wall time from the first client's start to the last
+# one's end, and of the server's CPU time and RNR NAKs over that span, in
+# which nothing but the clients (and their renice) starts a program.  The
+# clients run at nice 19, standing in for clients on other machines: each
+# busy-polls its CQ while a doorbell is on its way, and 32 at the server's
+# priority on two CPUs would leave the one server thread a 33rd of the time
+# (measured: doorbells then waited over 10 s for an SRQ the server had no
+# time to refill).
 measure_scale() {
-	local entry n
+	local entry n i names from t0 t1 c0 c1 r0 r1 rung slowest
 	for entry in "${scale_servers[@]}"; do
 		say "scaling of $entry"
 		# All the clients come from one address, at once.
@@ -537,43 +546,29 @@ measure_scale() {
 		client_checked warm-up --size "$scale_slice" -n "$scale_k" -k "$scale_k"
 		for n in "${scale_clients[@]}"; do
 			say "scaling of $entry: $n client(s) at once"
-			scale_row "$entry" "$n"
+			names=()
+			for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
+			from=$(($(server_lines) + 1))
+			c0=$(server_cpu_ns)
+			r0=$(rnr_naks)
+			t0=$EPOCHREALTIME
+			(
+				renice -n 19 -p "$BASHPID" >/dev/null
+				clients_at_once scale "$n" --size "$scale_slice" -n "$scale_writes" -k "$scale_k" -w 1
+			) || die "a client of $n against $entry failed"
+			t1=$EPOCHREALTIME
+			c1=$(server_cpu_ns)
+			r1=$(rnr_naks)
+			clients_end "$from" "${names[@]}"
+			awk -v s="$entry" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
+				-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
+				-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
+				'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
+					 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
+					 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
 		done
 		server_stop
 	done
-}
-
-# scale_row NAME N: N clients at once against the running server (NAME in
-# the table), each scale_writes writes into a slice of its own: the wall
-# time from the first client's start to the last one's end, the server's
-# CPU time and the RNR NAKs over that span, inside which nothing but the
-# clients (and their renice) starts a program.  The clients run at nice
-# 19, standing in for clients on other machines: each busy-polls its CQ
-# while a doorbell is on its way, and 32 at the server's priority on two
-# CPUs would leave the one server thread a 33rd of the time (measured:
-# doorbells then waited over 10 s for an SRQ the server had no time to
-# refill).
-scale_row() {
-	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
-	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
-	from=$(($(server_lines) + 1))
-	c0=$(server_cpu_ns)
-	r0=$(rnr_naks)
-	t0=$EPOCHREALTIME
-	(
-		renice -n 19 -p "$BASHPID" >/dev/null
-		clients_at_once scale "$n" --size "$scale_slice" -n "$scale_writes" -k "$scale_k" -w 1
-	) || die "a client of $n against $name failed"
-	t1=$EPOCHREALTIME
-	c1=$(server_cpu_ns)
-	r1=$(rnr_naks)
-	clients_end "$from" "${names[@]}"
-	awk -v s="$name" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
-		-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
-		-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
-		'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
-			 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
-			 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
 }
 
 printf '%s=%q\n' writes "$writes" \
