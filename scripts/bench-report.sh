@@ -11,9 +11,8 @@ out=$1 checked=$2 mode=$3
 headline=$out/headline.tsv rates=$out/rates.tsv scale=$out/scale.tsv
 stats=$(cat "$(dirname "$0")/stats.awk")
 
-# median FILE WHAT K WINDOW [range]: the median writes/s of those rows of
-# FILE (rates.tsv or headline.tsv); with "range", followed by the lowest
-# and highest.
+# median FILE WHAT K WINDOW [range]: the median writes/s of those rows of FILE
+# (rates.tsv or headline.tsv); with "range", followed by the lowest and highest.
 median() {
 	awk -F'\t' -v what="$2" -v k="$3" -v w="$4" -v range="${5:-}" "$stats"'
 		NR > 1 && $1 == what && $2 == k && $3 == w { v[++n] = $5 }
@@ -60,13 +59,12 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 
-# ratios FILE WHAT K W: round by round, WHAT's writes/s at K and W (W
-# "best": its best W of that round) over perftest's list (-l K -Q K) in
-# the same round: the spread of the comparison itself, which the medians'
-# ratio hides.  With W "best", their median (lowest-highest); else their
-# median, the 95% interval of that median ("-" if too few rounds give
-# none), their lowest and highest, and where that interval lies against 1
-# (ahead, level or behind), tab-separated.
+# ratios FILE WHAT K W: round by round, WHAT's writes/s at K and W (W "best":
+# its best W of that round) over perftest's list (-l K -Q K) in the same round:
+# the spread of the comparison itself, which the medians' ratio hides.  With W
+# "best", their median (lowest-highest); else their median, the 95% interval of
+# that median ("-" if too few rounds give none), their lowest and highest, and
+# where that interval lies against 1 (ahead, level or behind), tab-separated.
 # The interval is the order statistics' (no assumption on the ratios'
 # distribution, only that rounds are alike but for noise): with n rounds
 # sorted, the j-th lowest to the j-th highest holds the median with

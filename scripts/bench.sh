@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # make bench: the client's stream of 4-byte RDMA WRITEs against perftest's
-# ib_write_bw and ib_write_lat on the same Soft-RoCE device in the same boot,
-# what each server costs in CPU time, and how each server scales with
-# clients.  A measurement, not a test.
+# ib_write_bw and ib_write_lat on one Soft-RoCE device in one boot, each
+# server's CPU time and how it scales with clients: a measurement, not a test.
 #
 #   scripts/soft-roce.sh scripts/bench.sh [--smoke | --headline] [--rounds N] [OUTDIR]
 #
-# Writes OUTDIR/results.md (the tables), OUTDIR/writes_per_s.png,
-# OUTDIR/busy_poll.png and OUTDIR/scale.png (the plots), the raw numbers (*.tsv) and every program's
-# output (logs/).  OUTDIR is bench-results/ by default (not committed).
+# Writes into OUTDIR (bench-results/ by default, not committed) results.md
+# (the tables), writes_per_s.png, busy_poll.png and scale.png (the plots), the
+# raw numbers (*.tsv) and every program's output (logs/).
 # --smoke is the same run made small (a few hundred writes, K = 16, one
 # round, busy-poll budgets 0 and the default, up to 4 clients at once) for
 # make test.  --headline measures the headline alone (the client at K = 64
@@ -198,11 +197,10 @@ client_run() {
 	die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
 }
 
-# clients_end FROM NAME...: those client runs, all ended, into
-# logs/clients.out; each must have said "done"; the server's lines from
-# FROM on must hold every doorbell they rang (doorbells_check).  Sets rung
-# (their doorbells, all together) and slowest (the longest of their own
-# times, seconds=).
+# clients_end FROM NAME...: those client runs, all ended, into logs/clients.out;
+# each must have said "done"; the server's lines from FROM on must hold every
+# doorbell they rang (doorbells_check).  Sets rung (their doorbells, all
+# together) and slowest (the longest of their own times, seconds=).
 clients_end() {
 	local from=$1 name files=()
 	shift
@@ -524,16 +522,15 @@ measure_cpu() {
 
 row scale server clients writes doorbells wall_s cpu_s slowest_s rnr_naks
 
-# How each server copes with more clients at once: for each N of
-# scale_clients, N clients at once, each scale_writes writes into a slice of
-# its own; a row of the wall time from the first client's start to the last
-# one's end, and of the server's CPU time and RNR NAKs over that span, in
-# which nothing but the clients (and their renice) starts a program.  The
-# clients run at nice 19, standing in for clients on other machines: each
-# busy-polls its CQ while a doorbell is on its way, and 32 at the server's
-# priority on two CPUs would leave the one server thread a 33rd of the time
-# (measured: doorbells then waited over 10 s for an SRQ the server had no
-# time to refill).
+# How each server copes with more clients at once: for each N of scale_clients,
+# N clients at once, each scale_writes writes into a slice of its own; a row of
+# the wall time from the first client's start to the last one's end, and of the
+# server's CPU time and RNR NAKs over that span, in which nothing but the
+# clients (and their renice) starts a program.  The clients run at nice 19,
+# standing in for clients on other machines: each busy-polls its CQ while a
+# doorbell is on its way, and 32 at the server's priority on two CPUs would
+# leave the one server thread a 33rd of the time (measured: doorbells then
+# waited over 10 s for an SRQ the server had no time to refill).
 measure_scale() {
 	local entry n i names from t0 t1 c0 c1 r0 r1 rung slowest
 	for entry in "${scale_servers[@]}"; do
