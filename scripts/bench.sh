@@ -103,10 +103,6 @@ trap cleanup EXIT
 # Scratch on the machine that runs the device (in the VM, its own tmpfs):
 # the servers print a line per doorbell, and where that goes is timed too.
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
-# What this run writes goes to a folder of its own, which takes FINAL's
-# place when the run ends, whole or not (its logs say why).
-out=$(run_dir "$final")
-mkdir -p "$out/logs"
 
 say() { echo "bench: [${SECONDS}s] $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -121,6 +117,11 @@ if ! flock -n "$lock"; then
 	say "another bench runs on this machine: waiting for it to end (two at once would measure each other)"
 	flock "$lock"
 fi
+# What this run writes goes to a folder of its own, which takes FINAL's
+# place when the run ends, whole or not (its logs say why); made once the
+# lock is held, so that a run stopped while it waits leaves FINAL as it was.
+out=$(run_dir "$final")
+mkdir -p "$out/logs"
 
 # The round trip against the tick loop, and against the event-driven server
 # at each busy-poll budget, its default (from its --help) always one.
