@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# bench-report.sh OUTDIR CHECKED MODE: turns the numbers scripts/bench.sh
-# left in OUTDIR (headline.tsv, rates.tsv, latency.tsv, cpu.tsv, scale.tsv)
-# into OUTDIR/results.md and the plots OUTDIR/writes_per_s.png,
-# OUTDIR/busy_poll.png and OUTDIR/scale.png.  CHECKED is how many doorbells
-# were checked; MODE is bench.sh's: full, smoke (the small run of make
-# test) or headline (headline.tsv alone, no plots).
+# bench-report.sh OUTDIR CHECKED MODE: turns the numbers scripts/bench.sh left
+# in OUTDIR (headline.tsv, rates.tsv, latency.tsv, cpu.tsv, scale.tsv) into
+# OUTDIR's results.md and plots (writes_per_s.png, busy_poll.png, scale.png).
+# CHECKED is how many doorbells were checked; MODE is bench.sh's: full, smoke
+# (the small run of make test) or headline (headline.tsv alone, no plots).
 set -euo pipefail
 
 out=$1 checked=$2 mode=$3
@@ -49,7 +48,6 @@ latency_table() {
 		}' "$out/latency.tsv"
 }
 
-# heading TEXT: a heading of results.md, and the blank line after it.
 heading() { printf '## %s\n\n' "$*"; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
