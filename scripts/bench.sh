@@ -198,12 +198,18 @@ client_run() {
 	die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
 }
 
+server_lines() { wc -l <"$work/server.out"; }
+
 # clients_end FROM NAME...: those client runs, all ended, into logs/clients.out;
-# each must have said "done"; the server's lines from FROM on must hold every
-# doorbell they rang (doorbells_check).  Sets rung (their doorbells, all
-# together) and slowest (the longest of their own times, seconds=).
+# each must have said "done".  Sets rung (their doorbells, all together) and
+# slowest (the longest of their own times, seconds=).  Then what the server
+# printed from line FROM on, once their connections have ended there and
+# their QPs are destroyed (the next run needs their slices back in the pool:
+# up to 2 s later on Linux 6.1, whose rxe never raises LAST_WQE_REACHED),
+# must hold each connection's doorbells in order, each with value == seq and
+# "ok", rung in all.
 clients_end() {
-	local from=$1 name files=()
+	local from=$1 name files=() i seen
 	shift
 	for name; do files+=("$work/$name.out"); done
 	cat "${files[@]}" >>"$out/logs/clients.out"
@@ -215,21 +221,9 @@ clients_end() {
 	}
 	END { if (n == ARGC - 1) print rung, slowest + 0 }' "${files[@]}")"
 	[ -n "$slowest" ] || die "of the client runs $*, one said no 'done' (logs/clients.out)"
-	doorbells_check "$from" "$#" "$rung"
-}
-
-server_lines() { wc -l <"$work/server.out"; }
-
-# doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
-# on, once CLIENTS connections have ended there and their QPs are destroyed
-# (the next run needs their slices back in the pool: up to 2 s later on
-# Linux 6.1, whose rxe never raises LAST_WQE_REACHED): each connection's
-# doorbells in order, each with value == seq and "ok", RUNG in all.
-doorbells_check() {
-	local from=$1 clients=$2 rung=$3 i seen
 	for ((i = 0; i < 100; i++)); do
 		seen=$(tail -n "+$from" "$work/server.out" | grep -c '^destroy ' || true)
-		[ "$seen" -ge "$clients" ] && break
+		[ "$seen" -ge "$#" ] && break
 		sleep 0.1
 	done
 	seen=$(tail -n "+$from" "$work/server.out" | awk '
