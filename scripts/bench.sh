@@ -89,7 +89,7 @@ scale_servers=("${servers[@]}")
 port=         # the server's that runs: the CM picks it (--port 0)
 pt_port=18600 # perftest's, a fresh one per run (one bench at a time)
 
-server_pid='' work='' out=''
+server_pid='' work='' out='' doorbells_checked=0
 cleanup() {
 	if [ -n "$server_pid" ]; then # the run failed while it served
 		kill -KILL "$server_pid" 2>/dev/null || true
@@ -344,7 +344,6 @@ write_lat() {
 
 # ---- the measurements -------------------------------------------------------
 
-doorbells_checked=0
 # row TABLE FIELD...: one line of tab-separated fields at the end of
 # OUTDIR/TABLE.tsv (the first, each table's header, makes the file).
 row() { local IFS=$'\t'; printf '%s\n' "${*:2}" >>"$out/$1.tsv"; }
