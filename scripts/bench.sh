@@ -198,18 +198,12 @@ client_run() {
 	die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
 }
 
-server_lines() { wc -l <"$work/server.out"; }
-
 # clients_end FROM NAME...: those client runs, all ended, into logs/clients.out;
-# each must have said "done".  Sets rung (their doorbells, all together) and
-# slowest (the longest of their own times, seconds=).  Then what the server
-# printed from line FROM on, once their connections have ended there and
-# their QPs are destroyed (the next run needs their slices back in the pool:
-# up to 2 s later on Linux 6.1, whose rxe never raises LAST_WQE_REACHED),
-# must hold each connection's doorbells in order, each with value == seq and
-# "ok", rung in all.
+# each must have said "done"; the server's lines from FROM on must hold every
+# doorbell they rang (doorbells_check).  Sets rung (their doorbells, all
+# together) and slowest (the longest of their own times, seconds=).
 clients_end() {
-	local from=$1 name files=() i seen
+	local from=$1 name files=()
 	shift
 	for name; do files+=("$work/$name.out"); done
 	cat "${files[@]}" >>"$out/logs/clients.out"
@@ -221,9 +215,21 @@ clients_end() {
 	}
 	END { if (n == ARGC - 1) print rung, slowest + 0 }' "${files[@]}")"
 	[ -n "$slowest" ] || die "of the client runs $*, one said no 'done' (logs/clients.out)"
+	doorbells_check "$from" "$#" "$rung"
+}
+
+server_lines() { wc -l <"$work/server.out"; }
+
+# doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
+# on, once CLIENTS connections have ended there and their QPs are destroyed
+# (the next run needs their slices back in the pool: up to 2 s later on
+# Linux 6.1, whose rxe never raises LAST_WQE_REACHED): each connection's
+# doorbells in order, each with value == seq and "ok", RUNG in all.
+doorbells_check() {
+	local from=$1 clients=$2 rung=$3 i seen
 	for ((i = 0; i < 100; i++)); do
 		seen=$(tail -n "+$from" "$work/server.out" | grep -c '^destroy ' || true)
-		[ "$seen" -ge "$#" ] && break
+		[ "$seen" -ge "$clients" ] && break
 		sleep 0.1
 	done
 	seen=$(tail -n "+$from" "$work/server.out" | awk '
@@ -516,17 +522,9 @@ measure_cpu() {
 
 row scale server clients writes doorbells wall_s cpu_s slowest_s rnr_naks
 
-# How each server copes with more clients at once: for each N of scale_clients,
-# N clients at once, each scale_writes writes into a slice of its own; a row of
-# the wall time from the first client's start to the last one's end, and of the
-# server's CPU time and RNR NAKs over that span, in which nothing but the
-# clients (and their renice) starts a program.  The clients run at nice 19,
-# standing in for clients on other machines: each busy-polls its CQ while a
-# doorbell is on its way, and 32 at the server's priority on two CPUs would
-# leave the one server thread a 33rd of the time (measured: doorbells then
-# waited over 10 s for an SRQ the server had no time to refill).
+# How each server copes with more clients at once.
 measure_scale() {
-	local entry n i names from t0 t1 c0 c1 r0 r1 rung slowest
+	local entry n
 	for entry in "${scale_servers[@]}"; do
 		say "scaling of $entry"
 		# All the clients come from one address, at once.
@@ -537,29 +535,43 @@ measure_scale() {
 		client_checked warm-up --size "$scale_slice" -n "$scale_k" -k "$scale_k"
 		for n in "${scale_clients[@]}"; do
 			say "scaling of $entry: $n client(s) at once"
-			names=()
-			for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
-			from=$(($(server_lines) + 1))
-			c0=$(server_cpu_ns)
-			r0=$(rnr_naks)
-			t0=$EPOCHREALTIME
-			(
-				renice -n 19 -p "$BASHPID" >/dev/null
-				clients_at_once scale "$n" --size "$scale_slice" -n "$scale_writes" -k "$scale_k" -w 1
-			) || die "a client of $n against $entry failed"
-			t1=$EPOCHREALTIME
-			c1=$(server_cpu_ns)
-			r1=$(rnr_naks)
-			clients_end "$from" "${names[@]}"
-			awk -v s="$entry" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
-				-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
-				-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
-				'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
-					 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
-					 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
+			scale_row "$entry" "$n"
 		done
 		server_stop
 	done
+}
+
+# scale_row NAME N: N clients at once against the running server (NAME in
+# the table), each scale_writes writes into a slice of its own: the wall
+# time from the first client's start to the last one's end, the server's
+# CPU time and the RNR NAKs over that span, inside which nothing but the
+# clients (and their renice) starts a program.  The clients run at nice
+# 19, standing in for clients on other machines: each busy-polls its CQ
+# while a doorbell is on its way, and 32 at the server's priority on two
+# CPUs would leave the one server thread a 33rd of the time (measured:
+# doorbells then waited over 10 s for an SRQ the server had no time to
+# refill).
+scale_row() {
+	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
+	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done
+	from=$(($(server_lines) + 1))
+	c0=$(server_cpu_ns)
+	r0=$(rnr_naks)
+	t0=$EPOCHREALTIME
+	(
+		renice -n 19 -p "$BASHPID" >/dev/null
+		clients_at_once scale "$n" --size "$scale_slice" -n "$scale_writes" -k "$scale_k" -w 1
+	) || die "a client of $n against $name failed"
+	t1=$EPOCHREALTIME
+	c1=$(server_cpu_ns)
+	r1=$(rnr_naks)
+	clients_end "$from" "${names[@]}"
+	awk -v s="$name" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
+		-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
+		-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
+		'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
+			 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
+			 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
 }
 
 printf '%s=%q\n' writes "$writes" \
