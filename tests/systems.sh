@@ -254,6 +254,33 @@ EOF
 	pass_unless "$t" "$why"
 }
 
+# A make waiting for the shared lock while one of other flags holds it
+# whole (to rebuild) must not relink once that one runs its programs under
+# a shared lock: it waits on, for the whole lock.  The other make is played
+# by a holder of the lock, who leaves flags not ours in build/flags.
+test_flags_changed_while_waiting() {
+	local t=make/flags_changed_while_waiting d=$work/flags-co holder make why='' ours=()
+	local plain=(env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE)
+	[ -z "${SANITIZE:-}" ] || ours=(SANITIZE=1)
+	"${plain[@]}" make -s -C "$d" build/flags "${ours[@]}"
+	rm -f "$d/locked" "$d/go"
+	# shellcheck disable=SC2016 # the holder's shell expands them
+	bash -c 'exec 9>>"$1/build/lock" && flock -x 9 && touch "$1/locked" || exit
+		while [ ! -e "$1/go" ]; do sleep 0.1; done
+		echo other-flags >"$1/build/flags" && flock -s 9 && sleep 8
+		[ "$(cat "$1/build/flags")" = other-flags ]' _ "$d" &
+	holder=$!
+	wait_until "$holder" 10 test -e "$d/locked" || true
+	"${plain[@]}" timeout 300 make -C "$d" test "${ours[@]}" >"$d/third.out" 2>&1 &
+	make=$!
+	wait_until "$make" 120 grep -qs 'waiting for it to end' "$d/third.out" ||
+		why="the make did not wait for the lock: $(tail -n 3 "$d/third.out" | paste -sd'|'); "
+	touch "$d/go"
+	wait "$holder" || why+="the make relinked while the other ran its programs; "
+	wait "$make" || why+="the make failed: $(tail -n 2 "$d/third.out" | paste -sd'|'); "
+	pass_unless "$t" "$why"
+}
+
 # No network, as on a fresh machine: the archive's lists never fetched and
 # nothing installed (empty ones), so deps.sh build has two packages to
 # install, and the VMs' kernel has no list to come from.  Each says in one
@@ -586,6 +613,7 @@ test_static_probe
 test_make_names_the_package
 test_space_in_path
 test_other_flags_wait
+test_flags_changed_while_waiting
 test_space_in_kernel_cache
 test_vm_stopped_while_packing
 test_no_network
