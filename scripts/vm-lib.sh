@@ -306,10 +306,15 @@ boot_vm() {
 		sed -u "$edit" >&2; } 3>&1 | sed -u "$edit"
 }
 
-# stop_qemu JOB: end the qemu that boot_vm started for JOB, if it still
-# runs (and the PID in JOB/qemu.pid is still a qemu).
+# stop_qemu JOB [PID]: end the qemu that boot_vm started for JOB, if it still
+# runs (and the PID in JOB/qemu.pid is still a qemu).  A signal can come
+# before qemu has written that file: given PID, the background job that runs
+# boot_vm, this first waits for the file while that job runs.
 stop_qemu() {
 	local pid comm
+	while [ -n "${2:-}" ] && [ ! -s "$1/qemu.pid" ] && kill -0 "$2" 2>/dev/null; do
+		sleep 0.05
+	done
 	read -r pid 2>/dev/null <"$1/qemu.pid" || return 0
 	read -r comm 2>/dev/null <"/proc/$pid/comm" || return 0
 	[[ $comm != qemu* ]] || kill "$pid" 2>/dev/null || true

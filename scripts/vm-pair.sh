@@ -47,7 +47,7 @@ vm_prog=vm-pair
 
 VM_GRACE=${VM_GRACE:-60}
 # Set in main, and read by the EXIT trap after main has returned.
-pair='' cable='' server='' client='' pcap=''
+pair='' cable='' server='' client='' pcap='' server_pid='' client_pid=''
 
 usage() { echo "usage: $0 [--pcap FILE] CMD [ARGS...]" >&2; exit 2; }
 
@@ -149,13 +149,16 @@ outcome() {
 }
 
 cleanup() {
-	if [ -n "$server" ]; then stop_qemu "$server"; stop_qemu "$client"; fi
+	if [ -n "$server" ]; then
+		stop_qemu "$server" "$server_pid"
+		stop_qemu "$client" "$client_pid"
+	fi
 	wait
 	rm -rf "$pair" "$cable"
 }
 
 main() {
-	local server_pid client_pid server_rc client_rc role
+	local server_rc client_rc role
 	if [ "${1:-}" = --pcap ]; then
 		[ $# -ge 2 ] || usage
 		pcap=$(realpath -m -- "$2")

@@ -26,12 +26,12 @@ vm_prog=vm-run
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
 # Set in main, and read by the EXIT trap after main has returned.
-job=''
+job='' vm_pid=''
 
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	[ -n "$job" ] || return 0
-	stop_qemu "$job"
+	stop_qemu "$job" "$vm_pid"
 	wait
 	rm -rf "$job"
 }
@@ -53,7 +53,8 @@ main() {
 	for try in 1 2; do
 		status=0
 		boot_vm "$job" 2048 2 '' &
-		wait $! || status=$?
+		vm_pid=$!
+		wait "$vm_pid" || status=$?
 		[ "$try" = 2 ] || [ "$status" = 124 ] || [ -e "$job/started" ] && break
 		say "the VM stopped before '$*' started (qemu exit $status): booting it once more"
 	done
