@@ -230,7 +230,9 @@ choose_accel() {
 		# reaches it (timeout(1) otherwise moves to a group of its own).
 		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
 			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
-		if [[ $out == *"vm-probe: booted"* ]]; then echo kvm; else echo tcg; fi >"$cache"
+		# Replaced whole: a run reading it meanwhile never finds it empty.
+		if [[ $out == *"vm-probe: booted"* ]]; then echo kvm; else echo tcg; fi >"$cache.$$"
+		mv "$cache.$$" "$cache"
 	fi
 	vm_accel=$(cat "$cache")
 	if [ "$vm_accel" = kvm ]; then
