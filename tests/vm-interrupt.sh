@@ -76,17 +76,14 @@ test_vm_interrupt() {
 	# that found it (a second look missed it once, beside wire.sh's VMs).
 	wait_until "$run" 60 vm_below "$run" >"$log.job" || true
 	job=$(cat "$log.job")
+	[ -z "$job" ] || sleep 2 # into the guest's boot
+	[ -z "$reader" ] || { kill "$reader" && wait "$reader"; } 2>/dev/null || true
+	want=$((128 + $(kill -l "$sig")))
 	if [ -z "$job" ]; then
 		# SIGTERM first, so that its EXIT trap removes its folders.
 		signal_job "$run" group TERM 5 || true
-		[ -z "$reader" ] || kill -KILL "$reader" 2>/dev/null || true
-		fail "$name" "the VM did not start: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')"
-		return
-	fi
-	sleep 2 # into the guest's boot
-	[ -z "$reader" ] || { kill "$reader" && wait "$reader"; } 2>/dev/null || true
-	want=$((128 + $(kill -l "$sig")))
-	if ! signal_job "$run" "$target" "$sig" 20; then
+		why="the VM did not start"
+	elif ! signal_job "$run" "$target" "$sig" 20; then
 		why="$script.sh still runs 20 s after SIG$sig"
 	elif [ -n "$(qemus "$job")" ]; then
 		why="a qemu of its still runs"
@@ -100,7 +97,7 @@ test_vm_interrupt() {
 	fi
 	pass_unless "$name" "${why:+$why: $(cat "$log" "$log.err" 2>/dev/null | tail -n 3 | tr '\n' '|')}"
 	# shellcheck disable=SC2046 # PIDs, one word each
-	[ -z "$why" ] || kill -KILL $(qemus "$job") 2>/dev/null || true
+	[ -z "$why" ] || [ -z "$job" ] || kill -KILL $(qemus "$job") 2>/dev/null || true
 }
 
 # Ctrl-C while vm-run.sh's KVM probe runs (a qemu of its own, for up to
