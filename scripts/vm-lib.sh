@@ -332,10 +332,8 @@ on_signal() {
 # the VM (WHAT: "the VM", "the server VM") did not get that far, and fails.
 job_status() {
 	local job=$1 status=$2 what=$3 cmd=$4
-	if [ -s "$job/status" ]; then
-		head -n 1 "$job/status"
-		return 0
-	elif [ "$status" -eq 124 ]; then
+	[ ! -s "$job/status" ] || { head -n 1 "$job/status"; return 0; }
+	if [ "$status" -eq 124 ]; then
 		say "$what timed out after ${VM_TIMEOUT}s (VM_TIMEOUT)"
 	else
 		say "$what stopped without reporting the exit status of" \
