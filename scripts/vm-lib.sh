@@ -18,6 +18,7 @@ PATH=$PATH:/usr/sbin:/sbin
 VM_TIMEOUT=${VM_TIMEOUT:-1800}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 vmdir=$repo/build/vm
+accel_cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
 # Kernels fetched for VMs only (scripts/vm-kernel.sh), one folder each with
 # boot/ and lib/modules/ as a package would install them.
 KERNEL_CACHE=${KERNEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-pool-doorbell/kernels}
@@ -193,7 +194,7 @@ qemu_cmd() {
 # machines /dev/kvm is there but a guest hangs under it.  So a probe guest
 # decides, once per boot of this machine (build/vm/accel-*).
 choose_accel() {
-	local cache out
+	local out
 	case ${VM_ACCEL:-} in
 	'') ;;
 	kvm | tcg) vm_accel=$VM_ACCEL; say "accelerator: $vm_accel (VM_ACCEL)"; return ;;
@@ -202,24 +203,23 @@ choose_accel() {
 	if [ ! -r /dev/kvm ] || [ ! -w /dev/kvm ]; then
 		vm_accel=tcg; say "accelerator: TCG, software emulation (no usable /dev/kvm)"; return
 	fi
-	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
-	if [ ! -s "$cache" ]; then
+	if [ ! -s "$accel_cache" ]; then
 		qemu_cmd kvm vm_probe=1 256 1
 		# --foreground: in this shell's process group, where a Ctrl-C
 		# reaches it (timeout(1) otherwise moves to a group of its own).
 		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
 			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
 		# Replaced whole: a run reading it meanwhile never finds it empty.
-		if [[ $out == *"vm-probe: booted"* ]]; then echo kvm; else echo tcg; fi >"$cache.$$"
-		mv "$cache.$$" "$cache"
+		if [[ $out == *"vm-probe: booted"* ]]; then echo kvm; else echo tcg; fi >"$accel_cache.$$"
+		mv "$accel_cache.$$" "$accel_cache"
 	fi
-	vm_accel=$(cat "$cache")
+	vm_accel=$(cat "$accel_cache")
 	if [ "$vm_accel" = kvm ]; then
 		say "accelerator: KVM (a probe guest booted under it)"
 	else
 		say "accelerator: TCG, software emulation (/dev/kvm is there," \
 			"but a probe guest did not boot under it within" \
-			"${KVM_PROBE_SECONDS}s; this boot's answer, kept in $cache:" \
+			"${KVM_PROBE_SECONDS}s; this boot's answer, kept in $accel_cache:" \
 			"delete it to probe again, or set VM_ACCEL)"
 	fi
 }

@@ -104,13 +104,12 @@ test_vm_interrupt() {
 # KVM_PROBE_SECONDS where a guest hangs under KVM): the probe must stop at
 # once too.  With no answer kept for this boot, the probe runs again.
 test_probe_interrupt() {
-	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe cache run probe=() why=''
+	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe run probe=() why=''
 	if [ ! -w /dev/kvm ] || [ -n "${VM_ACCEL:-}" ]; then
 		skip "$name" "no usable /dev/kvm here, or VM_ACCEL set: no probe runs"
 		return
 	fi
-	cache=$vmdir/accel-$(cat /proc/sys/kernel/random/boot_id)
-	mv "$cache" "$cache.kept" 2>/dev/null || true
+	mv "$accel_cache" "$accel_cache.kept" 2>/dev/null || true
 	as_job env --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1
 	run=$!
 	wait_until "$run" 60 below "$run" ' vm_probe=1' >"$out/probe.ps" || true
@@ -121,7 +120,7 @@ test_probe_interrupt() {
 	[ "${#probe[@]}" -gt 0 ] || why="no probe ran"
 	[ -n "$why" ] || [ -z "$(alive "${probe[@]}")" ] || why="the probe's qemu still runs"
 	kill -KILL "${probe[@]}" 2>/dev/null || true
-	[ ! -e "$cache.kept" ] || mv "$cache.kept" "$cache"
+	[ ! -e "$accel_cache.kept" ] || mv "$accel_cache.kept" "$accel_cache"
 	pass_unless "$name" "${why:+$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')}"
 }
 
