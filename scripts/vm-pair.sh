@@ -17,14 +17,13 @@
 # network namespaces after Linux 6.1. Two real machines do not need this
 # script: see docs/wire.md.
 #
-# CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1)
-# and WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the
-# server's address, the one clients connect to, and RDMA_ADDR6 its IPv6
-# one. (On cable N, counted from 0, the addresses are 198.18.N.1 and .2,
-# and fd52:444d:4200:N::1 and ::2; RDMA_ADDRS lists the server's IPv4 one
-# on each, comma separated.) The two can coordinate through files in the
-# repository, which both see. Their output comes out here, each line
-# marked "[server vm]" or "[client vm]".
+# CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1) and
+# WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the server's
+# address, the one clients connect to, and RDMA_ADDR6 its IPv6 one. (On cable N,
+# counted from 0, the addresses are 198.18.N.1 and .2, and fd52:444d:4200:N::1
+# and ::2; RDMA_ADDRS lists the server's IPv4 one on each, comma separated.) The
+# two can coordinate through files in the repository, which both see. Their
+# output comes out here, each line marked "[server vm]" or "[client vm]".
 #
 #   --pcap FILE  write the cable's frames to FILE (pcap, as qemu's
 #                filter-dump records them at the server VM's NIC)
@@ -36,9 +35,8 @@
 #   VM_PASS_ENV  names of variables to pass to CMD, space separated
 #   VM_GRACE     seconds one VM may go on after the other ended (default 60)
 #   VM_CABLE     the qemu netdev of each cable, space separated: stream,
-#                socket or auto (default: one, auto; see cable_plan);
-#                --pcap records the first.  VM_KERNEL, VM_ACCEL: see
-#                vm-lib.sh
+#                socket or auto (default: one, auto; see cable_plan); --pcap
+#                records the first.  VM_KERNEL, VM_ACCEL: see vm-lib.sh
 set -euo pipefail
 
 vm_prog=vm-pair
