@@ -155,7 +155,6 @@ build_initramfs() {
 	mkdir -p "$stage"/{bin,dev,proc,sys,lib/modules} || die "cannot fill $stage"
 	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
 	install -m 0755 "$INIT" "$stage/init" || die "cannot write $stage/init"
-	touch "$stage/modules" || die "cannot write $stage/modules"
 	for path in $files; do
 		name=${path##*/}
 		name=${name%%.ko*}
@@ -167,8 +166,8 @@ build_initramfs() {
 		*.ko.gz) gzip -dc "$path" >"$stage/lib/modules/$name.ko" ;;
 		*) false ;;
 		esac || die "kernel $ver: cannot unpack module $path"
-		echo "$name" >>"$stage/modules" || die "cannot write $stage/modules"
-	done
+		echo "$name" || die "cannot write $stage/modules"
+	done >"$stage/modules" || die "cannot write $stage/modules"
 
 	(set -o pipefail && cd "$stage" &&
 		find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
