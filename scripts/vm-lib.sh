@@ -85,12 +85,7 @@ kernel_usable() {
 }
 
 # The kernels in /boot, newest first.
-boot_kernels() {
-	local image
-	for image in /boot/vmlinuz-*; do
-		[ -e "$image" ] && echo "${image#/boot/vmlinuz-}"
-	done | sort -rV
-}
+boot_kernels() { compgen -G '/boot/vmlinuz-*' | sed 's,^/boot/vmlinuz-,,' | sort -rV; }
 
 # find_kernel: sets vm_ver and vm_root to the first kernel that can boot:
 # VM_KERNEL, else each kernel in /boot in turn.  Says on stderr why each
