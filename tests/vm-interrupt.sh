@@ -18,10 +18,11 @@ report_stage=vm_interrupt
 out=$(mktemp -d "${TMPDIR:-/tmp}/vm-interrupt.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 # This script stopped: the job it runs is in a group of its own, and
-# stops only when told.
+# stops only when told; the probe test's kept KVM answer goes back.
 on_signal() {
 	echo "vm-interrupt: SIG$1: stopping the tests" >&2 || exec 2>/dev/null
 	stop_below 20
+	[ ! -e "$accel_cache.kept" ] || mv "$accel_cache.kept" "$accel_cache"
 	rm -rf "$out"
 }
 stop_on_signals on_signal
