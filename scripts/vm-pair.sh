@@ -113,18 +113,6 @@ cable_plan() {
 	[ "$n" -gt 0 ] || die "VM_CABLE names no cable"
 }
 
-# wait_for_cables PID: true once the server VM's qemu listens on every
-# cable; false if that qemu (background job PID) ended first, or after 30 s.
-wait_for_cables() {
-	local end=$((SECONDS + 30))
-	while ((SECONDS < end)); do
-		sh -c "$cables_up" && return 0
-		kill -0 "$1" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
 # grace PID JOB: a guest whose job has died must not leave its peer
 # waiting for news that never comes: once one VM is gone, the other (the
 # background job PID) gets VM_GRACE seconds, then its qemu is stopped.
@@ -156,7 +144,7 @@ cleanup() {
 }
 
 main() {
-	local server_rc client_rc role
+	local server_rc client_rc role end
 	if [ "${1:-}" = --pcap ]; then
 		[ $# -ge 2 ] || usage
 		pcap=$(realpath -m -- "$2")
@@ -181,15 +169,20 @@ main() {
 	done
 
 	# The server VM holds the listening end of each cable (and the
-	# recorder); the client VM can plug in only once it listens.
+	# recorder); the client VM can plug in only once it listens, which it
+	# must do within 30 s and before its qemu ends.
 	run_vm server "$server" 1 "${server_nets[@]}" &
 	server_pid=$!
-	if ! wait_for_cables "$server_pid"; then
-		stop_qemu "$server"
-		wait "$server_pid" || true
-		die "the server VM did not start listening on the cables" \
-			"(${server_nets[*]}); see the messages above"
-	fi
+	end=$((SECONDS + 30))
+	until sh -c "$cables_up"; do
+		if ! kill -0 "$server_pid" 2>/dev/null || ((SECONDS >= end)); then
+			stop_qemu "$server"
+			wait "$server_pid" || true
+			die "the server VM did not start listening on the cables" \
+				"(${server_nets[*]}); see the messages above"
+		fi
+		sleep 0.1
+	done
 	run_vm client "$client" 2 "${client_nets[@]}" &
 	client_pid=$!
 
