@@ -128,6 +128,27 @@ kernel_for_vms() {
 	find_kernel || die "$none: each one's reason is above"
 }
 
+# Everything a VM needs, with what brings each; a kernel among them.
+check_prereqs() {
+	local missing=()
+	command -v qemu-system-x86_64 >/dev/null || missing+=("qemu (qemu-system-x86_64)")
+	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
+	command -v cpio >/dev/null || missing+=(cpio)
+	# The guest runs busybox before it can reach any shared library.
+	[ -x /bin/busybox ] && static_elf /bin/busybox ||
+		missing+=("a statically linked /bin/busybox (busybox-static)")
+	[ "${#missing[@]}" -eq 0 ] || die "cannot boot the Soft-RoCE VM without:" \
+		"${missing[*]}; scripts/deps.sh vm installs them"
+	find_kernel || kernel_for_vms
+	# A kernel from the cache has its modules shown in the guest over the
+	# host's /lib/modules, which the guest cannot make (the host's root is
+	# read-only to it). A machine with no kernel installed (a container)
+	# has none: make it.
+	[ "$vm_root" = / ] || [ -d /lib/modules ] || mkdir /lib/modules 2>/dev/null ||
+		die "this machine has no /lib/modules, which the VM's kernel" \
+			"needs to show its modules: sudo mkdir /lib/modules"
+}
+
 # Builds the initramfs once per kernel and init script, in build/vm/, and
 # prints its path.  In a command substitution, where set -e does not hold,
 # each step says itself when it fails, so that no broken image is cached;
@@ -219,10 +240,9 @@ choose_accel() {
 }
 
 # Checks the prerequisites and sets what every boot needs: vm_ver and
-# vm_root (the kernel), vm_initramfs and vm_accel; from then on, the
-# caller's cleanup runs on exit and on SIGINT, SIGTERM or SIGHUP.
+# vm_root (the kernel), vm_initramfs and vm_accel.
 vm_prepare() {
-	local path from missing=()
+	local path from
 	# These paths go on the kernel command line (split at spaces) and into
 	# qemu options (split at commas): checked before anything is installed
 	# or fetched.
@@ -232,33 +252,15 @@ vm_prepare() {
 				"cannot carry: move it"
 	done
 	# What a VM needs and this machine lacks: installed now as root, else
-	# named; then each checked, with what brings it.  A kernel, if need
-	# be, once the others are there.
+	# named.  A kernel, if need be, once the others are there.
 	"$repo/scripts/deps.sh" vm ||
 		die "cannot boot a VM without what deps.sh named above"
-	command -v qemu-system-x86_64 >/dev/null || missing+=("qemu (qemu-system-x86_64)")
-	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
-	command -v cpio >/dev/null || missing+=(cpio)
-	# The guest runs busybox before it can reach any shared library.
-	[ -x /bin/busybox ] && static_elf /bin/busybox ||
-		missing+=("a statically linked /bin/busybox (busybox-static)")
-	[ "${#missing[@]}" -eq 0 ] || die "cannot boot the Soft-RoCE VM without:" \
-		"${missing[*]}; scripts/deps.sh vm installs them"
-	find_kernel || kernel_for_vms
-	# A kernel from the cache has its modules shown in the guest over the
-	# host's /lib/modules, which the guest cannot make (the host's root is
-	# read-only to it). A machine with no kernel installed (a container)
-	# has none: make it.
-	[ "$vm_root" = / ] || [ -d /lib/modules ] || mkdir /lib/modules 2>/dev/null ||
-		die "this machine has no /lib/modules, which the VM's kernel" \
-			"needs to show its modules: sudo mkdir /lib/modules"
+	check_prereqs
 	mkdir -p "$vmdir"
 	vm_initramfs=$(build_initramfs "$vm_ver" "$vm_root")
 	choose_accel
 	from=${vm_root%/}
 	say "kernel $vm_ver, from ${from:-/boot}"
-	trap cleanup EXIT
-	stop_on_signals on_signal
 }
 
 # The script the guest runs: cd to the caller's directory, set the passed

@@ -158,6 +158,8 @@ main() {
 	[ $# -gt 0 ] || usage
 	vm_prepare
 
+	trap cleanup EXIT
+	stop_on_signals on_signal
 	pair=$(mktemp -d "$vmdir/pair.XXXXXX")
 	cable=$(mktemp -d "${TMPDIR:-/tmp}/vm-pair.XXXXXX")
 	cable_plan

@@ -41,6 +41,8 @@ main() {
 	[ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
 	vm_prepare
 
+	trap cleanup EXIT
+	stop_on_signals on_signal
 	job=$(mktemp -d "$vmdir/job.XXXXXX")
 	write_job "$@" >"$job/job.sh"
 
