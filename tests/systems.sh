@@ -257,15 +257,18 @@ EOF
 # A make waiting for the shared lock while one of other flags holds it
 # whole (to rebuild) must not relink once that one runs its programs under
 # a shared lock: it waits on, for the whole lock.  The other make is played
-# by a holder of the lock, who leaves flags not ours in build/flags.
+# by a holder of the lock, who leaves flags not ours in build/flags (for
+# 300 s at most, should this stage stop before it says go).  In the copy
+# test_other_flags_wait made.
 test_flags_changed_while_waiting() {
 	local t=make/flags_changed_while_waiting d=$work/flags-co holder make why='' ours=()
 	local plain=(env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE)
 	[ -z "${SANITIZE:-}" ] || ours=(SANITIZE=1)
-	"${plain[@]}" make -s -C "$d" build/flags "${ours[@]}"
+	"${plain[@]}" make -s -C "$d" build/flags "${ours[@]}" >"$d/flags.out" 2>&1 ||
+		{ fail "$t" "make build/flags failed: $(tail -n 2 "$d/flags.out" | paste -sd'|')"; return; }
 	rm -f "$d/locked" "$d/go"
 	# shellcheck disable=SC2016 # the holder's shell expands them
-	bash -c 'exec 9>>"$1/build/lock" && flock -x 9 && touch "$1/locked" || exit
+	timeout 300 bash -c 'exec 9>>"$1/build/lock" && flock -x 9 && touch "$1/locked" || exit
 		while [ ! -e "$1/go" ]; do sleep 0.1; done
 		echo other-flags >"$1/build/flags" && flock -s 9 && sleep 8
 		[ "$(cat "$1/build/flags")" = other-flags ]' _ "$d" &
