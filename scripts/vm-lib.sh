@@ -205,6 +205,8 @@ qemu_cmd() {
 		-m "$3" -smp "$4" -display none -no-reboot -nic none -monitor none)
 }
 
+kvm_usable() { [ -r /dev/kvm ] && [ -w /dev/kvm ]; }
+
 # KVM runs a guest many times faster than TCG, where it works; on some
 # machines /dev/kvm is there but a guest hangs under it.  So a probe guest
 # decides, once per boot of this machine (build/vm/accel-*).
@@ -215,7 +217,7 @@ choose_accel() {
 	kvm | tcg) vm_accel=$VM_ACCEL; say "accelerator: $vm_accel (VM_ACCEL)"; return ;;
 	*) die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'" ;;
 	esac
-	if [ ! -r /dev/kvm ] || [ ! -w /dev/kvm ]; then
+	if ! kvm_usable; then
 		vm_accel=tcg; say "accelerator: TCG, software emulation (no usable /dev/kvm)"; return
 	fi
 	if [ ! -s "$accel_cache" ]; then

@@ -8,6 +8,8 @@
 #   not ok - NAME: WHY [Ns]    a test failed, and why
 #   ok - NAME # SKIP WHY       it cannot run for this user; under CI (CI
 #                              set), where everything runs as root, a failure
+#   ok - NAME # SKIP does not apply here: WHY
+#                              its subject is not on this machine (not_here)
 # The consumer counts: a stage that stops early, or reports another number
 # of tests than its plan, fails there.  A stage sets report_stage (its name
 # in tests/plan.txt) and report_prefix (its tests are PREFIXNAME) before
@@ -59,6 +61,14 @@ skip() {
 			echo "ok - $name # SKIP $2"
 		fi
 	done
+}
+
+# not_here NAME WHY: NAME tests what this machine has not got (a KVM probe
+# where there is no KVM): skipped, under CI too, as a test that does not
+# apply, not one that cannot run.
+not_here() {
+	reported+="$report_prefix$1 "
+	echo "ok - $report_prefix$1 # SKIP does not apply here: $2"
 }
 
 # needs_root NAME WHY: true as root, else skips NAME ("needs root, to WHY").
