@@ -608,8 +608,8 @@ static int on_completion(struct server *srv, struct device *dev,
 
 	if (conn && !wc->status && !conn->established)
 		handshake_finish(conn); /* it sends: its RTU may be lost */
-	if (!conn || wc->status || key_revoked(wc))
-		on_trouble(srv, conn, wc); /* failed, or a key revoked */
+	if (!conn || wc->status)
+		on_trouble(srv, conn, wc); /* a work request failed */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
@@ -620,7 +620,7 @@ static int on_completion(struct server *srv, struct device *dev,
 		dev->recvs_posted--;
 		return recv_post(dev, index);
 	}
-	if (conn) /* a reply, a probe or a window bind: one send fewer */
+	if (conn) /* a reply or a keepalive probe: one send fewer */
 		conn->sending--;
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) /* its buffer was read */
 		reply_buffer_put(conn, wc->wr_id);

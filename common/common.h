@@ -119,32 +119,6 @@ enum slot_verdict {
 enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots);
 const char *slot_verdict_name(enum slot_verdict verdict);
 
-/* ---- devices ------------------------------------------------------------ */
-
-/*
- * Soft-RoCE's vendor_id in ibv_query_device() (RXE_VENDOR_ID in the
- * kernel's drivers/infiniband/sw/rxe/rxe_param.h): how the servers tell rxe
- * from hardware, whatever the device is named.
- *
- * The servers refuse --isolation mw on rxe, where any client can crash the
- * server's whole machine through a type 2 memory window (seen on Debian's
- * 6.1 and 6.12 kernels: a NULL pointer dereference in rxe_invalidate_mw(),
- * then "Kernel panic - not syncing").  rxe_check_invalidate_mw() (rxe_mw.c)
- * refuses to invalidate only a window that is INVALID or of type 1; but a
- * type 2 window is FREE, with no QP, from its allocation to its bind and
- * again once invalidated, with the same rkey.  So a client sends two
- * SEND_WITH_INV naming its own window: the first frees it, the second
- * passes the check, and rxe_do_invalidate_mw() drops a reference on the
- * NULL QP.  This happens in the kernel's receive path, before the server
- * hears of anything.  rxe finds the window by its key across the whole
- * device, whatever the sender's PD or QP: another program's type 2 window
- * on the same device exposes the machine as much, whatever this server
- * does.  Hardware does not run rxe's code; whether an adapter refuses an
- * invalidation of a window bound to another QP is its firmware's business,
- * and unverified here.
- */
-#define RXE_VENDOR_ID 0xffffff
-
 /* ---- completions -------------------------------------------------------- */
 
 const char *wc_status_name(enum ibv_wc_status status);

@@ -59,10 +59,7 @@ static void usage(FILE *out, bool busy_poll)
 		"      --max-conns N      clients at once (default %d)\n"
 		"      --isolation MODE   none: every client gets the pool's\n"
 		"                         rkey (default); mr: a region over its\n"
-		"                         own slice; mw: a memory window over\n"
-		"                         its own slice, for its QP only (refused\n"
-		"                         on Soft-RoCE, where a client could crash\n"
-		"                         the machine: docs/design.md)\n"
+		"                         own slice\n"
 		"      --handshake-timeout-ms MS\n"
 		"                         close a connection not established\n"
 		"                         that long after its accept (default %d)\n"
@@ -102,7 +99,6 @@ static int parse_isolation(const char *arg, enum isolation *isolation)
 	static const char *const names[] = {
 		[ISOLATION_NONE] = "none",
 		[ISOLATION_MR] = "mr",
-		[ISOLATION_MW] = "mw",
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -110,7 +106,7 @@ static int parse_isolation(const char *arg, enum isolation *isolation)
 			*isolation = (enum isolation)i;
 			return 0;
 		}
-	errorf("bad isolation '%s': want none, mr or mw", arg);
+	errorf("bad isolation '%s': want none or mr", arg);
 	return -EINVAL;
 }
 
@@ -495,24 +491,17 @@ int cm_other(enum rdma_cm_event_type type)
 	return -ENODEV;
 }
 
-static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey);
-
 /*
  * A completion the server cannot take as it comes.  A work request failed,
  * and its QP is now in the error state: end the connection.  Only wr_id,
  * status and qp_num are set (not opcode).  A flush (IBV_WC_WR_FLUSH_ERR)
  * is only the echo of an error state reported before, or of a close.  A
- * receive that carried an invalidation: on_invalidate().  A completion of
- * no connection of ours is said.
+ * completion of no connection of ours is said.
  */
 void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc)
 {
 	const char *what = "reply";
 
-	if (conn && wc->status == IBV_WC_SUCCESS) {
-		on_invalidate(srv, conn, wc->invalidated_rkey);
-		return;
-	}
 	if (!conn) {
 		errorf("a completion for qp=0x%" PRIx32 ", which is no "
 		       "connection of ours",
@@ -521,8 +510,6 @@ void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc)
 	}
 	if (WRID_KIND(wc->wr_id) == WRID_RECV)
 		what = "receive";
-	else if (WRID_KIND(wc->wr_id) == WRID_BIND)
-		what = "window bind";
 	else if (WRID_KIND(wc->wr_id) == WRID_PROBE)
 		what = "keepalive probe";
 	if (wc->status != IBV_WC_WR_FLUSH_ERR)
@@ -665,10 +652,9 @@ void destroy_print(struct server *srv, struct conn *conn, double now)
 /*
  * Why a device cannot take this server's settings, or NULL if it can: an
  * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
- * a QP per connection and, under --isolation, a region per slice and, for
- * mw, type 2 windows on a device that is not Soft-RoCE (RXE_VENDOR_ID in
- * common.h says why not).  Says which limit a setting passes (the device's
- * attribute, ibv_query_device(3)), if say_why.
+ * a QP per connection and, under --isolation mr, a region per slice.
+ * Says which limit a setting passes (the device's attribute,
+ * ibv_query_device(3)), if say_why.
  */
 static const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 				  bool say_why)
@@ -716,29 +702,6 @@ static const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			       "--max-conns %" PRIu32
 			       " and two of the server's",
 			       name, attr.max_mr, srv->opt.max_conns);
-		return "device-limits";
-	}
-	if (srv->opt.isolation == ISOLATION_MR)
-		return NULL;
-	if (attr.vendor_id == RXE_VENDOR_ID) {
-		if (say_why)
-			errorf("--isolation mw: %s is Soft-RoCE (rxe), whose "
-			       "memory windows let any client crash this "
-			       "machine's kernel (a window invalidated twice: "
-			       "rxe_check_invalidate_mw() in "
-			       "drivers/infiniband/sw/rxe/rxe_mw.c); use "
-			       "--isolation mr",
-			       name);
-		return "isolation-mw-on-rxe";
-	}
-	if (!(attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-				       IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
-	    srv->opt.max_conns > (uint32_t)attr.max_mw) {
-		if (say_why)
-			errorf("--isolation mw: %s has no type 2 memory "
-			       "windows, or fewer than --max-conns %" PRIu32
-			       " (max_mw %d)",
-			       name, srv->opt.max_conns, attr.max_mw);
 		return "device-limits";
 	}
 	return NULL;
@@ -1117,20 +1080,16 @@ int conns_close_all(struct server *srv)
 	return ret < 0 ? ret : 0;
 }
 
-/* ---- isolation: a key per slice (--isolation mr or mw) ----------------- */
+/* ---- isolation: a key per slice (--isolation mr) ---------------------- */
 
 /*
  * The pool's rkey opens all of the pool to whoever holds it.  Under
- * --isolation mr or mw the pool has no rkey at all, and each client gets a
- * key that opens its own slice only: the rkey of a region registered over
- * that slice (mr), or of a type 2 memory window over it (mw), which works
- * only through the client's own QP besides.  Under --isolation none, each
- * of these functions does nothing.
+ * --isolation mr the pool has no rkey at all, and each client gets the
+ * rkey of a region registered over its own slice, which opens that slice
+ * only.  Under --isolation none, each of these functions does nothing.
  */
 struct slice_key {
 	struct ibv_mr *mr; /* a region over the slice alone */
-	struct ibv_mw *mw; /* mw: the window bound over it */
-	uint32_t rkey;	   /* the key handed out */
 };
 
 /* The pool is not registered as a whole: no key to all of it exists to
@@ -1145,71 +1104,24 @@ int pool_keyless(struct server *srv, struct device *dev)
 }
 
 /*
- * Bind the window over the connection's slice, with the key rkey, by a work
- * request on the client's send queue.  Work requests on one send queue run
- * in order, so the window works before a reply posted after it can tell
- * the client its key (ibv_bind_mw(3)).  The bind is signaled like every
- * send, so that conn->sending counts all that can still complete; SQ_DEPTH
- * keeps it a send queue entry.
- */
-static int window_post(struct conn *conn, uint32_t rkey)
-{
-	struct ibv_send_wr wr = {
-		.wr_id = WRID_BIND,
-		.opcode = IBV_WR_BIND_MW,
-		.send_flags = IBV_SEND_SIGNALED,
-		.bind_mw.mw = conn->key->mw,
-		.bind_mw.rkey = rkey,
-		.bind_mw.bind_info.mr = conn->key->mr,
-		.bind_mw.bind_info.addr =
-			(uintptr_t)(conn->dev->pool_mem + conn->slice.off),
-		.bind_mw.bind_info.length = conn->slice.len,
-		.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE,
-	}, *bad;
-	int ret = ibv_post_send(conn->id->qp, &wr, &bad);
-
-	if (ret)
-		return fail("ibv_post_send(bind window)", ret);
-	conn->sending++;
-	conn->key->rkey = rkey;
-	/* A bind names the window by ibv_mw.rkey, which nothing updates
-	 * after a type 2 bind; a device may refuse a bind naming a key the
-	 * window no longer has (rxe_bind_mw() in rxe_mw.c does), as
-	 * on_invalidate()'s rebind would. */
-	conn->key->mw->rkey = rkey;
-	return 0;
-}
-
-/*
  * A key to the slice just granted (and zeroed), in *rkey.
  *
  * The region is registered over this slice alone, the only pin of these
- * pages.  Under mr it lets remote writes in (REMOTE_WRITE needs
- * LOCAL_WRITE) and its rkey is the key.  A region's rkey works from every
- * QP of its PD, and every client's QP is in the server's one PD (the
- * SRQ's): a client that learns or guesses a neighbour's key can write
- * there.  A wrong guess costs the guesser its connection: the write is
- * refused, which breaks its QP, and the server closes it.
- *
- * Under mw the region allows no remote access itself (MW_BIND lets windows
- * be bound over it; a window that allows REMOTE_WRITE needs LOCAL_WRITE),
- * and the key is a type 2 window's, bound over it with a fresh low byte
- * (ibv_inc_rkey()) so that no earlier key of this window can match.  By
- * the verbs, an access through a window is checked against the window's
- * bounds; Soft-RoCE checked only the region's, so a window over one region
- * for the whole pool let a client write into its neighbour's slice.  With
- * a region per slice, the two checks are the same one.
+ * pages; it lets remote writes in (REMOTE_WRITE needs LOCAL_WRITE) and its
+ * rkey is the key.  A region's rkey works from every QP of its PD, and
+ * every client's QP is in the server's one PD (the SRQ's): a client that
+ * learns or guesses a neighbour's key can write there.  A wrong guess
+ * costs the guesser its connection: the write is refused, which breaks its
+ * QP, and the server closes it.  (Memory windows, which could tie a key to
+ * one QP, are not used: docs/design.md says why.)
  *
  * If no key can be made, the slice goes back to the pool and the client is
- * denied (ENOMEM when the region cannot be pinned: fail() says whether the
- * locked-memory limit is why).
+ * denied with the errno of the failure (ENOMEM when the region cannot be
+ * pinned: fail() says whether the locked-memory limit is why).
  */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
 	uint8_t *slice = conn->dev->pool_mem + conn->slice.off;
-	bool mw = srv->opt.isolation == ISOLATION_MW;
-	int access = IBV_ACCESS_LOCAL_WRITE |
-		     (mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE);
 	struct slice_key *key;
 	int err;
 
@@ -1220,31 +1132,16 @@ int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 		err = fail("calloc(slice key)", ENOMEM);
 		goto out_free_slice;
 	}
-	key->mr = ibv_reg_mr(conn->dev->pd, slice, conn->slice.len, access);
+	key->mr = ibv_reg_mr(conn->dev->pd, slice, conn->slice.len,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!key->mr) {
 		err = fail("ibv_reg_mr(slice)", errno);
 		goto out_free_key;
 	}
-	key->rkey = key->mr->rkey;
 	conn->key = key;
-	if (mw) {
-		key->mw = ibv_alloc_mw(conn->dev->pd, IBV_MW_TYPE_2);
-		if (!key->mw) {
-			err = fail("ibv_alloc_mw", errno);
-			goto out_dereg;
-		}
-		err = window_post(conn, ibv_inc_rkey(key->mw->rkey));
-		if (err)
-			goto out_dealloc_mw;
-	}
-	*rkey = key->rkey;
+	*rkey = key->mr->rkey;
 	return 0;
 
-out_dealloc_mw:
-	err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(key->mw));
-out_dereg:
-	conn->key = NULL;
-	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(key->mr));
 out_free_key:
 	free(key);
 out_free_slice:
@@ -1254,66 +1151,17 @@ out_free_slice:
 }
 
 /*
- * Did this receive revoke a key (a SEND WITH INVALIDATE)?  Only a plain
- * receive can; libibverbs says so with IBV_WC_WITH_INV.  (rxe writes the
- * kernel's flag into another bit, IBV_WC_IP_CSUM_OK to libibverbs; but it
- * invalidates no region that ibv_reg_mr() made, below, and the servers
- * refuse windows on rxe, so no key of ours is ever revoked there.)
- */
-bool key_revoked(const struct ibv_wc *wc)
-{
-	return wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_INV);
-}
-
-/*
- * A SEND WITH INVALIDATE came from conn: its sender asked our NIC to revoke
- * the key rkey.  The protocol never sends one, so the sender is closed.
- *
- * A region that ibv_reg_mr() made cannot be invalidated remotely: rxe
- * refuses (rxe_invalidate_mr() in rxe_mr.c wants IB_MR_TYPE_MEM_REG), the
- * receive fails with IBV_WC_REM_INV_REQ_ERR, and the sender's QP breaks
- * (Linux 6.1's rxe_resp.c; measured on 6.1 and 6.12): the key's owner goes
- * on.  A type 2 window works only through the QP it was bound on, but a
- * device may let any QP invalidate it (rxe did: rxe_check_invalidate_mw()
- * checks the window's state and type, not its QP).  The neighbour's window
- * is then bound again at once, with the same key: a write of the
- * neighbour's that came in between has failed, and broke its connection
- * (the device decides that, not us); every later one lands.  A rebind
- * leaves room for one probe on the send queue (SQ_DEPTH); a key that
- * cannot be given back ends its owner's connection.
- */
-static void on_invalidate(struct server *srv, struct conn *conn, uint32_t rkey)
-{
-	struct conn *victim = srv->conns;
-
-	conn_drop(srv, conn, "invalidate");
-	while (victim && !(victim->key && victim->key->rkey == rkey))
-		victim = victim->next;
-	if (!victim || victim == conn || victim->closing)
-		return;
-	if (!victim->key->mw || victim->sending > SEND_DEPTH ||
-	    window_post(victim, rkey))
-		conn_drop(srv, victim, "key_lost");
-	else
-		say(&srv->out, "rebind qp=0x%" PRIx32 " rkey=0x%" PRIx32 "\n",
-		    victim->qp_num, rkey);
-}
-
-/*
- * The client is gone and its QP quiet: invalidate its key (deallocating
- * the window, or deregistering the region, does that) before its slice
- * goes back to the pool.
+ * The client is gone and its QP quiet: deregistering its region revokes
+ * its key before its slice goes back to the pool.
  */
 int slice_key_drop(struct conn *conn)
 {
 	struct slice_key *key = conn->key;
-	int err = 0;
+	int err;
 
 	if (!key)
 		return 0;
-	if (key->mw)
-		err = undo(err, "ibv_dealloc_mw", ibv_dealloc_mw(key->mw));
-	err = undo(err, "ibv_dereg_mr(slice)", ibv_dereg_mr(key->mr));
+	err = undo(0, "ibv_dereg_mr(slice)", ibv_dereg_mr(key->mr));
 	free(key);
 	conn->key = NULL;
 	return err;

@@ -17,18 +17,16 @@
 
 #include "common/common.h"
 
-/* Sends in flight per connection before a reply is posted (replies, a
- * keepalive probe and a window bind all count: reply_room()); its send
- * queue has room for two more, a probe and a rebind posted without that
- * check (conns_watch(), on_invalidate() in server.c). */
+/* Sends in flight per connection before a reply is posted (replies and a
+ * keepalive probe both count: reply_room()); its send queue has room for
+ * one more, a probe posted without that check (conns_watch()). */
 #define SEND_DEPTH 8
-#define SQ_DEPTH (SEND_DEPTH + 2)
+#define SQ_DEPTH (SEND_DEPTH + 1)
 /* wr_id is ours, handed back in the completion, failed or not: what the
  * work request was in the high 32 bits, a buffer's index below. */
 #define WRID_RECV (UINT64_C(1) << 32)
 #define WRID_SEND (UINT64_C(2) << 32)
-#define WRID_BIND (UINT64_C(3) << 32)
-#define WRID_PROBE (UINT64_C(4) << 32)
+#define WRID_PROBE (UINT64_C(3) << 32)
 #define WRID_KIND(wr_id) ((wr_id) & ~UINT64_C(0xffffffff))
 #define WRID_INDEX(wr_id) ((uint32_t)(wr_id))
 
@@ -40,8 +38,6 @@
 enum isolation {
 	ISOLATION_NONE, /* the pool's: all of the pool */
 	ISOLATION_MR,	/* a region registered over the slice: the slice */
-	ISOLATION_MW,	/* a type 2 window over the slice: the slice, from
-			 * the client's own QP only */
 };
 
 struct options {
@@ -63,7 +59,7 @@ struct conn {
 	unsigned int sending; /* sends posted, not yet completed */
 	bool closing, last_wqe, established, requested, probing;
 	double accepted_at, probed_at, closed_at; /* conns_watch() ... */
-	struct slice_key *key; /* --isolation mr or mw: slice_key_make() */
+	struct slice_key *key; /* --isolation mr: slice_key_make() */
 	uint64_t quiet_mark;   /* cq_past() */
 	double said_at;	       /* mismatch_room(): this second's start, */
 	uint32_t said, unsaid; /* the lines said in it, and the rest */
@@ -149,7 +145,6 @@ bool cq_past(struct conn *conn);
 int devices_drain(struct server *srv);
 int async_other(struct server *srv, struct device *dev,
 		const struct ibv_async_event *event);
-bool key_revoked(const struct ibv_wc *wc);
 void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey);
 void reply_print(struct server *srv, const struct conn *conn,

@@ -30,7 +30,7 @@ NODES=/dev/infiniband
 # common/common.h, 4 MiB) plus its receive and reply buffers (8 and 16 KiB
 # at the defaults, in whole pages) with room to spare.  Measured (VmPin in
 # /proc/PID/status, defaults): 4128 KiB event-driven server, 4108 polling,
-# 4 client.  Under --isolation mw each granted slice has a region of its
+# 4 client.  Under --isolation mr each granted slice has a region of its
 # own instead of the pool: never more than the pool in all.
 NEED_KIB=$((4096 + 64)) # the pool, and the buffers with room to spare
 CAP_IPC_LOCK=14 # bit number in /proc/PID/status CapEff (linux/capability.h)

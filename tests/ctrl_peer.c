@@ -34,7 +34,7 @@
  *                     the server's send queue
  *   sendinv:RKEY      a REQ_ALLOC for 4096 bytes sent as a SEND WITH
  *                     INVALIDATE naming RKEY: the receiver's NIC
- *                     invalidates that memory window or MR, if it lets us
+ *                     invalidates that MR, if it lets us
  *   vanish            stop answering without a word, as a machine that
  *                     died or a pulled cable: our QP goes to the error
  *                     state, so our NIC acknowledges nothing more, and no

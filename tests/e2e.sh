@@ -81,7 +81,6 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_isolation "$server" none
 	test_isolation "$server" mr
 	test_isolation_unprivileged "$server"
-	test_isolation_mw_refused "$server"
 	test_hostile "$server"
 done
 test_client_args

@@ -195,9 +195,10 @@ test_key_guesses() {
 }
 
 # A SEND WITH INVALIDATE naming a neighbour's key while the neighbour
-# streams. Under --isolation mr the key is a region's, which rxe does not
-# let a peer invalidate (server.c, on_invalidate()): the attacker's
-# receive fails and it is closed, and the victim's stream runs to its end.
+# streams. Under --isolation mr the key is a region's from ibv_reg_mr(),
+# which rxe does not let a peer invalidate (seen on 6.1 and 6.12): the
+# attacker's receive fails and it is closed, and the victim's stream runs
+# to its end.
 # A slice of 1 MiB, 262144 slots: the server would have to fall 262
 # doorbells behind to find one lapped.
 test_invalidate() {

@@ -746,16 +746,3 @@ test_isolation_unprivileged() {
 	fi
 	stop_server || true
 }
-
-# --isolation mw on Soft-RoCE, where a client can crash the machine through
-# a memory window (common.h, RXE_VENDOR_ID): refused at start, saying why
-# and what to use instead, before the server listens.
-test_isolation_mw_refused() {
-	local s=$1 t=$1/isolation_mw
-	grep -Eq '^[[:space:]]*vendor_id:[[:space:]]*0xffffff$' <<<"$(ibv_devinfo -d "$RDMA_DEV" 2>/dev/null)" ||
-		{ skip "$t" "$RDMA_DEV is not Soft-RoCE (vendor_id 0xffffff)"; return; }
-	expect_error "$t/refused_on_rxe" 10 \
-		"^$s: --isolation mw: $RDMA_DEV is Soft-RoCE \(rxe\), whose memory windows let any client crash this machine's kernel \(.*rxe_mw\.c\); use --isolation mr$" \
-		"$top/$s" --port 0 --isolation mw
-	pass_unless "$t/never_listens" "$(sed -n 's/^listen /it listened first: &/p' "$work/cmd.out")"
-}

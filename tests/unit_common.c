@@ -327,11 +327,11 @@ static void test_names(void)
 /*
  * A call that fails with errno 0 (a library that forgot to set it) still
  * fails: fail() must not give back 0, which every caller takes for
- * success (window_bind() would free the slice and grant 0 bytes).
+ * success (slice_key_make() would grant a slice with no key).
  */
 static void test_fail_never_returns_success(void)
 {
-	EXPECT(fail("ibv_alloc_mw", 0) < 0);
+	EXPECT(fail("ibv_reg_mr(slice)", 0) < 0);
 	EXPECT(fail("ibv_reg_mr(slice)", ENOMEM) == -ENOMEM);
 }
 
