@@ -59,13 +59,16 @@ $(FLAGS): FORCE
 	@test -w build || { echo "build/ is $$(stat -c %U build)'s, not yours to write (a make as root made it?): remove it (sudo rm -rf build) or make as $$(stat -c %U build)" >&2; exit 1; }
 	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' >$@
 
-# The programs, and the unit tests; the servers share common/server.c.
+# The programs, and the unit tests; the servers share the machinery of
+# common/server.h, which tests/unit_common links with no server at all.
+MACHINERY = $(addprefix common/,options.c reports.c admission.c device.c \
+	    deadlines.c keys.c)
 $(PROGRAMS) $(UNITS): %: %.c common/common.c common/common.h $(FLAGS) \
 		| check-build
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter common/server.c,$^) \
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter $(MACHINERY),$^) \
 		common/common.c $(LIBS)
 SERVERS = rdma_pool_server rdma_srq_pool_server_ev
-$(SERVERS): common/server.c common/server.h
+$(SERVERS) tests/unit_common: $(MACHINERY) common/server.h
 
 # The test peers: a client and a server that misbehave on purpose, and a
 # probe of what rdma_cm puts on each QP; they share their CM and CQ waits

@@ -403,13 +403,13 @@ static int stream(struct client *cl)
 	return err;
 }
 
-/* Goodbye: our QP to the error state (ERR: no more work; what is left in
- * it completes with a flush error), a disconnect request (CM DREQ) out. */
-static int cm_disconnect(struct client *cl, int err)
+/* Goodbye: our QP to the error state (what is left in it completes with a
+ * flush error), a disconnect request (CM DREQ) out. */
+static int cm_disconnect(struct client *cl)
 {
 	if (rdma_disconnect(cl->id))
-		return undo(err, "rdma_disconnect", errno);
-	return undo(err, NULL, cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED));
+		return fail("rdma_disconnect", errno);
+	return cm_wait(cl, RDMA_CM_EVENT_DISCONNECTED);
 }
 
 /* The lesson's steps, in order; then a goto ladder undoes them in reverse
@@ -446,7 +446,7 @@ int main(int argc, char **argv)
 		err = stream(&cl);
 	if (!err)
 		err = step_pause(&cl, "streamed");
-	err = cm_disconnect(&cl, err);
+	err = undo(err, NULL, cm_disconnect(&cl));
 out_free_stream:
 	if (cl.values_mr)
 		err = undo(err, "ibv_dereg_mr", ibv_dereg_mr(cl.values_mr));

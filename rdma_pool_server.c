@@ -18,13 +18,14 @@
  *                       on_request and reply_send, or on_doorbell
  *     conns_reap        each closed QP, once conn_quiet: conn_destroy
  * What both servers do alike beyond this lesson (options, reports,
- * troubles, limits and deadlines, the end, --isolation) is written once,
- * in common/server.c.  The twin rdma_srq_pool_server_ev.c waits for events.
+ * refusals, deadlines, --isolation) is written once in common/ (server.h
+ * lists it): it answers and records, and this file acts on the answers.  The twin rdma_srq_pool_server_ev.c waits for events.
  */
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,10 +38,10 @@
 
 #include "common/server.h"
 
-/* The core path, in the order it runs (main first); the hooks that
- * common/server.c calls back are declared in common/server.h. */
+/* The core path, in the order it runs (main first). */
 static int listen_open(struct server *srv);
 static int serve(struct server *srv);
+static void stats_print(struct server *srv, int signo);
 static int cm_handle(struct server *srv);
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id);
 static int verbs_open(struct server *srv, struct device *dev,
@@ -51,16 +52,28 @@ static int recv_post(struct device *dev, uint32_t index);
 static int cq_open(struct server *srv, struct device *dev);
 static int conn_create(struct server *srv, struct device *dev,
 		       struct rdma_cm_id *id);
+static void conn_close(struct server *srv, struct conn *conn);
+static void conn_drop(struct server *srv, struct conn *conn,
+		      const char *reason);
+static int async_handle(struct server *srv, struct device *dev);
+static int cq_drain(struct server *srv, struct device *dev);
 static int on_completion(struct server *srv, struct device *dev,
 			 const struct ibv_wc *wc);
+static struct conn *conn_find(struct server *srv, struct device *dev,
+			      uint32_t qp_num);
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc);
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len);
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply);
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
+static int conns_reap(struct server *srv);
 static bool conn_quiet(const struct conn *conn, double now);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
-static int verbs_close(struct device *dev, int err);
+static double conns_watch(struct server *srv);
+static int conns_end(struct server *srv);
+static int verbs_close(struct device *dev);
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
 int main(int argc, char **argv)
@@ -82,9 +95,9 @@ int main(int argc, char **argv)
 	if (err)
 		goto out_destroy_listener;
 	err = serve(&srv);
-	err = undo(err, NULL, conns_close_all(&srv));
+	err = undo(err, NULL, conns_end(&srv));
 	for (unsigned int i = srv.ndevices; i-- > 0;)
-		err = verbs_close(&srv.devices[i], err);
+		err = undo(err, NULL, verbs_close(&srv.devices[i]));
 out_destroy_listener:
 	if (srv.listener && rdma_destroy_id(srv.listener))
 		err = undo(err, "rdma_destroy_id(listener)", errno);
@@ -127,13 +140,14 @@ static int listen_open(struct server *srv)
 #define TICK_NS 1000000 /* sleep 1 ms when a tick found nothing to do */
 
 /* Each tick asks for news, from the CM and every device in use; an idle
- * one sleeps, sparing the core. */
+ * one sleeps, sparing the core.  Until SIGINT or SIGTERM, or until the
+ * reader of stdout is gone (say() met EPIPE). */
 static int serve(struct server *srv)
 {
 	const struct timespec tick = { .tv_nsec = TICK_NS };
 	int signo = 0;
 
-	while (!signo) {
+	while (signo != SIGINT && signo != SIGTERM && !srv->out.closed) {
 		int busy = cm_handle(srv), ret;
 
 		if (busy < 0)
@@ -153,12 +167,28 @@ static int serve(struct server *srv)
 			return ret;
 		conns_watch(srv);
 		signo = signal_take(srv);
-		if (!busy && !signo)
+		if (signo == SIGUSR1)
+			stats_print(srv, signo);
+		else if (!busy && !signo)
 			nanosleep(&tick, NULL);
 	}
+	if (srv->out.closed) {
+		errorf("stdout's reader is gone (EPIPE): stopping");
+		return -EPIPE;
+	}
 	srv->stopped_by = signo;
-	return signo == SIGPIPE ? -EPIPE : 0; /* stdout's reader gone */
+	return 0;
 }
+
+/* What is in use, after SIGUSR1 or at the end after signo: a line for each
+ * device in use, then the sums of them all. */
+static void stats_print(struct server *srv, int signo)
+{
+	for (unsigned int i = 0; i < srv->ndevices; i++)
+		stats_line(srv, signo, &srv->devices[i], "");
+	stats_line(srv, signo, NULL, "");
+}
+
 
 /* One CM event (1; 0 if none), acked at once: rdma_destroy_id() waits for
  * the ack of its every event. */
@@ -197,8 +227,12 @@ static int cm_handle(struct server *srv)
 			conn_close(srv, conn);
 		}
 		break;
-	default:
-		err = cm_other(type); /* TIMEWAIT_EXIT, DEVICE_REMOVAL... */
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		errorf("the RDMA device went away");
+		err = -ENODEV;
+		break;
+	default: /* TIMEWAIT_EXIT, ADDR_CHANGE...: nothing to do */
+		break;
 	}
 	return err < 0 ? err : 1;
 }
@@ -208,9 +242,9 @@ static int cm_handle(struct server *srv)
  * through a device opens what that device needs. */
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
-	const char *refusal;
-	int err = conn_refusal(srv, id, &refusal);
+	const char *refusal = conn_refusal(srv, id);
 	struct device *dev = device_find(srv, id->verbs);
+	int err = 0;
 
 	if (!refusal && !dev) {
 		dev = &srv->devices[srv->ndevices++];
@@ -380,7 +414,7 @@ static int conn_create(struct server *srv, struct device *dev,
 	conn->id = id;
 	conn->dev = dev;
 	conn->qp_num = id->qp->qp_num;
-	conn->accepted_at = now_seconds();
+	conn->accepted_at = conn->probed_at = now_seconds(); /* keepalive */
 	conn->next = srv->conns;
 	id->context = srv->conns = conn;
 	srv->nconns++;
@@ -393,10 +427,12 @@ out_free:
 	return err;
 }
 
-/* Its QP to the error state: it takes nothing more, its work requests are
- * flushed.  Destroyed once nothing of it can complete (conns_reap()).  A
- * QP in that state already broke: a mark against its peer's address. */
-void conn_close(struct server *srv, struct conn *conn)
+/* Its QP to the error state: its sends, and a receive it had taken from
+ * the SRQ, complete with a flush error (the SRQ's other receives stay, for
+ * the other QPs).  Destroyed once nothing of it can complete
+ * (conns_reap()).  A QP in that state already broke: a mark against its
+ * peer's address (breaks_count()). */
+static void conn_close(struct server *srv, struct conn *conn)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	int ret;
@@ -417,25 +453,56 @@ void conn_close(struct server *srv, struct conn *conn)
 	say(&srv->out, "disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
 }
 
+/* The server ends a connection itself, and says why. */
+static void conn_drop(struct server *srv, struct conn *conn,
+		      const char *reason)
+{
+	if (!conn->closing)
+		close_print(srv, conn, reason);
+	conn_close(srv, conn);
+}
+
 /* The device's asynchronous events (1; 0 if none), acked: a QP's destroy
- * waits for the acks of its events.  LAST_WQE_REACHED: a QP on the SRQ, in
- * the error state, takes no more of its receives (conn_quiet()). */
-int async_handle(struct server *srv, struct device *dev)
+ * waits for the acks of its events; -EIO if the server must stop. */
+static int async_handle(struct server *srv, struct device *dev)
 {
 	struct ibv_async_event event;
+	struct ibv_qp *qp;
 	struct conn *conn;
 	int ret = 1;
 
 	if (ibv_get_async_event(dev->verbs, &event))
 		return errno == EAGAIN ? 0 : fail("ibv_get_async_event", errno);
-	if (event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
-		conn = conn_find(srv, dev, event.element.qp->qp_num);
+	async_print(srv, &event);
+	qp = event.element.qp;
+	switch (event.event_type) {
+	case IBV_EVENT_QP_LAST_WQE_REACHED: /* in ERR, it takes no more of the
+					     * SRQ's receives: conn_quiet() */
+		conn = conn_find(srv, dev, qp->qp_num);
 		if (conn && !conn->closing) /* it broke: a bad write, say */
 			conn_drop(srv, conn, "qp_error");
 		if (conn)
 			conn->last_wqe = true;
-	} else {
-		ret = async_other(srv, dev, &event); /* a QP broke, the CQ */
+		break;
+	case IBV_EVENT_QP_FATAL: /* it broke, and the device says so */
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+		conn = conn_find(srv, dev, qp->qp_num);
+		if (conn)
+			conn_close(srv, conn);
+		break;
+	case IBV_EVENT_COMM_EST: /* it receives before its RTU came */
+		conn = conn_find(srv, dev, qp->qp_num);
+		if (conn && !conn->established)
+			handshake_finish(conn);
+		break;
+	case IBV_EVENT_CQ_ERR: /* completions can no longer be trusted */
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_DEVICE_FATAL:
+		ret = -EIO;
+		break;
+	default: /* news: SRQ_LIMIT_REACHED, a port's state... */
+		break;
 	}
 	ibv_ack_async_event(&event);
 	return ret;
@@ -448,7 +515,7 @@ int async_handle(struct server *srv, struct device *dev)
  * of them (a NIC can post millions a second) must leave the loop time for
  * the CM, deadlines and signals (dev->cq_more: the next tick goes on).
  * How many, or the first error, once the rest of its batch is handled. */
-int cq_drain(struct server *srv, struct device *dev)
+static int cq_drain(struct server *srv, struct device *dev)
 {
 	struct ibv_wc wc[CQ_BATCH];
 	int n, total = 0, err = 0;
@@ -481,7 +548,7 @@ static int on_completion(struct server *srv, struct device *dev,
 	if (conn && !wc->status && !conn->established)
 		handshake_finish(conn); /* it sends: its RTU may be lost */
 	if (!conn || wc->status)
-		on_trouble(srv, conn, wc); /* a work request failed */
+		on_failure(srv, conn, wc); /* a work request failed */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
@@ -494,17 +561,33 @@ static int on_completion(struct server *srv, struct device *dev,
 	}
 	if (conn) /* a reply or a keepalive probe: one send fewer */
 		conn->sending--;
+	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE)
+		conn->probing = false; /* answered */
 	return 0;
 }
 
 /* A walk of the list: what a completion costs more with more clients.  A
  * QP number is unique on its device only. */
-struct conn *conn_find(struct server *srv, struct device *dev, uint32_t qp_num)
+static struct conn *conn_find(struct server *srv, struct device *dev,
+			      uint32_t qp_num)
 {
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
 		if (conn->qp_num == qp_num && conn->dev == dev)
 			return conn;
 	return NULL;
+}
+
+/* A work request failed, and its QP is in the error state: the connection
+ * ends (failure_print() says what failed).  A keepalive probe that failed
+ * says why: its peer stopped answering. */
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc)
+{
+	failure_print(conn, wc);
+	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE)
+		conn_drop(srv, conn, "qp_error");
+	else if (conn)
+		conn_close(srv, conn);
 }
 
 /* A control message arrived: answer it with one RESP_ALLOC. */
@@ -556,8 +639,10 @@ static void reply_send(struct server *srv, struct conn *conn,
 	}, *bad;
 	int ret;
 
-	if (reply_room(srv, conn))
-		return; /* it is closed */
+	if (reply_room(conn)) { /* it asks faster than it takes replies */
+		conn_close(srv, conn);
+		return;
+	}
 	msg_encode(reply, wire);
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
@@ -586,17 +671,30 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 
 /* Destroy each quiet QP as the verbs ask for one on an SRQ: error state,
  * LAST_WQE_REACHED, the CQ drained of its last completions (a destroy would
- * lose them: mlx5 deletes them), destroy. */
-int conns_reap(struct server *srv)
+ * lose them: mlx5 deletes them), destroy.  Under a flood a pass of
+ * cq_drain() may leave some (dev->cq_more), but a CQ is first in, first
+ * out: once as many as it holds have been taken since the QP went quiet,
+ * its own are out. */
+static int conns_reap(struct server *srv)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
-	int n = srv->nclosing ? devices_drain(srv) : 0, err = 0; /* the last */
+	int err = 0;
 
-	if (n < 0)
-		return n;
+	for (unsigned int i = 0; srv->nclosing && i < srv->ndevices; i++) {
+		int n = cq_drain(srv, &srv->devices[i]); /* the last */
+
+		if (n < 0)
+			return n;
+	}
 	while ((conn = *link)) {
-		if (!conn_quiet(conn, now) || !cq_past(conn)) {
+		struct device *dev = conn->dev;
+
+		if (!conn->quiet && conn_quiet(conn, now)) {
+			conn->quiet = true;
+			conn->cq_mark = dev->polled + (uint64_t)dev->cq->cqe;
+		}
+		if (!conn->quiet || (dev->cq_more && dev->polled < conn->cq_mark)) {
 			link = &conn->next;
 			continue;
 		}
@@ -607,7 +705,7 @@ int conns_reap(struct server *srv)
 }
 
 /* Every send of a closing QP has completed, and the device has raised
- * LAST_WQE_REACHED, or, where it never does (rxe before Linux 6.5),
+ * LAST_WQE_REACHED, or, where it never does (rxe on 6.1; 6.12 raises it),
  * CLOSE_TIMEOUT_MS have passed: nothing of it can complete any more. */
 static bool conn_quiet(const struct conn *conn, double now)
 {
@@ -638,9 +736,57 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	return err;
 }
 
-/* Undo verbs_open() in reverse, once no QP is left. */
-static int verbs_close(struct device *dev, int err)
+/* Each connection past its next deadline (conn_due()) is closed, or sent a
+ * keepalive probe; returns when the next one falls (INFINITY: none). */
+static double conns_watch(struct server *srv)
 {
+	double now = now_seconds(), next = INFINITY;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
+		struct due due = conn_due(&srv->opt, conn);
+
+		if (due.at <= now && due.what == DEADLINE_PROBE &&
+		    probe_send(conn, now))
+			conn_drop(srv, conn, "qp_error");
+		else if (due.at <= now && due.what != DEADLINE_PROBE)
+			conn_drop(srv, conn, deadline_name(due.what));
+		due = conn_due(&srv->opt, conn); /* after what was done */
+		next = due.at < next ? due.at : next;
+	}
+	return next;
+}
+
+/*
+ * At the end: close every connection, then take events and completions
+ * until each QP is quiet and destroyed (CLOSE_TIMEOUT_MS at most, unless
+ * sends are still outstanding); after a signal, a last count.
+ */
+static int conns_end(struct server *srv)
+{
+	const struct timespec pause = { .tv_nsec = 1000000 };
+	int ret = 0;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		conn_close(srv, conn);
+	while (srv->conns && ret >= 0) {
+		for (unsigned int i = 0; i < srv->ndevices && ret >= 0; i++)
+			while ((ret = async_handle(srv, &srv->devices[i])) > 0)
+				;
+		if (ret >= 0)
+			ret = conns_reap(srv); /* which drains every CQ first */
+		nanosleep(&pause, NULL);
+	}
+	if (srv->stopped_by)
+		stats_print(srv, srv->stopped_by);
+	end_print(srv);
+	return ret < 0 ? ret : 0;
+}
+
+/* Undo verbs_open() in reverse, once no QP is left. */
+static int verbs_close(struct device *dev)
+{
+	int err = 0;
+
 	if (dev->cq)
 		err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(dev->cq));
 	if (dev->srq)

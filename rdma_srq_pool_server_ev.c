@@ -21,13 +21,14 @@
  *                       reply_buffer_put, or on_doorbell
  *     conns_reap        each closed QP, once conn_quiet: conn_destroy
  * What both servers do alike beyond this lesson (options, reports,
- * troubles, limits and deadlines, the end, --isolation) is written once,
- * in common/server.c.  The twin rdma_pool_server.c polls on a tick.
+ * refusals, deadlines, --isolation) is written once in common/ (server.h
+ * lists it): it answers and records, and this file acts on the answers.  The twin rdma_pool_server.c polls on a tick.
  */
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -41,11 +42,11 @@
 
 #include "common/server.h"
 
-/* The core path, in the order it runs (main first); the hooks that
- * common/server.c calls back are declared in common/server.h. */
+/* The core path, in the order it runs (main first). */
 static int listen_open(struct server *srv);
 static int serve(struct server *srv);
-static int poll_timeout(struct server *srv);
+static int poll_timeout(struct server *srv, double due);
+static void stats_print(struct server *srv, int signo);
 static int cm_handle(struct server *srv);
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id);
 static int verbs_open(struct server *srv, struct device *dev,
@@ -57,10 +58,19 @@ static int cq_open(struct server *srv, struct device *dev);
 static int replies_open(struct server *srv, struct device *dev);
 static int conn_create(struct server *srv, struct device *dev,
 		       struct rdma_cm_id *id);
+static void conn_close(struct server *srv, struct conn *conn);
+static void conn_drop(struct server *srv, struct conn *conn,
+		      const char *reason);
+static int async_handle(struct server *srv, struct device *dev);
+static int cq_drain(struct server *srv, struct device *dev);
 static int cq_event(struct server *srv, struct device *dev, bool woken);
-static bool spin_on(struct server *srv, struct device *dev, int completions);
+static void spin_on(struct server *srv, struct device *dev, int completions);
 static int on_completion(struct server *srv, struct device *dev,
 			 const struct ibv_wc *wc);
+static struct conn *conn_find(struct server *srv, struct device *dev,
+			      uint32_t qp_num);
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc);
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len);
 static void reply_send(struct server *srv, struct conn *conn,
@@ -68,15 +78,17 @@ static void reply_send(struct server *srv, struct conn *conn,
 static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr);
 static void reply_buffer_put(struct conn *conn, uint64_t wr_id);
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
+static int conns_reap(struct server *srv);
 static bool conn_quiet(const struct conn *conn, double now);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
-static int verbs_close(struct device *dev, int err);
+static double conns_watch(struct server *srv);
+static int conns_end(struct server *srv);
+static int verbs_close(struct device *dev);
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
 int main(int argc, char **argv)
 {
-	struct server srv = { .sigfd = -1,
-			      .reply_buffer_put = reply_buffer_put };
+	struct server srv = { .sigfd = -1 };
 	int err;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -93,9 +105,9 @@ int main(int argc, char **argv)
 	if (err)
 		goto out_destroy_listener;
 	err = serve(&srv);
-	err = undo(err, NULL, conns_close_all(&srv));
+	err = undo(err, NULL, conns_end(&srv));
 	for (unsigned int i = srv.ndevices; i-- > 0;)
-		err = verbs_close(&srv.devices[i], err);
+		err = undo(err, NULL, verbs_close(&srv.devices[i]));
 out_destroy_listener:
 	if (srv.listener && rdma_destroy_id(srv.listener))
 		err = undo(err, "rdma_destroy_id(listener)", errno);
@@ -136,8 +148,9 @@ static int listen_open(struct server *srv)
 }
 
 /* Sleep in poll() until a CM event or a signal, or a CQ or async event of
- * a device in use, or the next deadline (poll_timeout()): two fds for each
- * device, from its first client on. */
+ * a device in use, or the next deadline (conns_watch(), poll_timeout()):
+ * two fds for each device, from its first client on.  Until SIGINT or
+ * SIGTERM, or until the reader of stdout is gone (say() met EPIPE). */
 static int serve(struct server *srv)
 {
 	enum { CM, SIG, DEVICES }; /* then each device's CQ and ASYNC */
@@ -148,8 +161,9 @@ static int serve(struct server *srv)
 	};
 	int signo = 0, err;
 
-	while (!signo) {
+	while (signo != SIGINT && signo != SIGTERM && !srv->out.closed) {
 		unsigned int n = srv->ndevices; /* cm_handle() may open one */
+		double due = conns_watch(srv);
 
 		for (unsigned int i = 0; i < n; i++) {
 			struct device *dev = &srv->devices[i];
@@ -160,7 +174,7 @@ static int serve(struct server *srv)
 			f[ASYNC] = (struct pollfd){ .fd = dev->verbs->async_fd,
 						    .events = POLLIN };
 		}
-		if (poll(fds, DEVICES + 2 * n, poll_timeout(srv)) < 0) {
+		if (poll(fds, DEVICES + 2 * n, poll_timeout(srv, due)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return fail("poll", errno);
@@ -181,31 +195,55 @@ static int serve(struct server *srv)
 		err = conns_reap(srv);
 		if (err < 0)
 			return err;
-		/* A signal, or stdout's reader gone (no fd says so: say()
-		 * met EPIPE while this turn printed). */
-		if (fds[SIG].revents || srv->out.closed)
-			signo = signal_take(srv);
+		signo = fds[SIG].revents ? signal_take(srv) : 0;
+		if (signo == SIGUSR1)
+			stats_print(srv, signo);
+	}
+	if (srv->out.closed) {
+		errorf("stdout's reader is gone (EPIPE): stopping");
+		return -EPIPE;
 	}
 	srv->stopped_by = signo;
-	return signo == SIGPIPE ? -EPIPE : 0; /* stdout's reader gone */
+	return 0;
 }
 
 #define REAP_MS 100 /* how often to look at closing connections */
 
-/* How long poll() may sleep: not at all while spin_on() polls, or while
- * the CQ holds more than one pass took (cq_drain()); till the next
- * deadline (conns_watch(), which acts on those due); REAP_MS while QPs are
- * closing; else until there is news. */
-static int poll_timeout(struct server *srv)
+/* How long poll() may sleep, in ms: not at all while spin_on() polls, or
+ * while the CQ holds more than one pass took (cq_drain()); REAP_MS at most
+ * while QPs are closing; else till the next deadline, due, if any (-1:
+ * poll()'s "no timeout"). */
+static int poll_timeout(struct server *srv, double due)
 {
-	int due = conns_watch(srv);
+	double ms = (due - now_seconds()) * 1e3;
 
 	for (unsigned int i = 0; i < srv->ndevices; i++)
 		if (srv->devices[i].spinning || srv->devices[i].cq_more)
 			return 0;
-	if (srv->nclosing && due > REAP_MS)
+	if (srv->nclosing && ms > REAP_MS)
 		return REAP_MS;
-	return due;
+	if (isinf(ms))
+		return -1;
+	return ms > 0 ? (int)ms + 1 : 0;
+}
+
+/* What is in use, after SIGUSR1 or at the end after signo: a line for each
+ * device in use, then the sums of them all; each with the reply buffers
+ * free of all there are. */
+static void stats_print(struct server *srv, int signo)
+{
+	uint32_t each = srv->opt.max_conns * SEND_DEPTH, free_all = 0;
+	char tail[64];
+
+	for (unsigned int i = 0; i < srv->ndevices; i++) {
+		free_all += srv->devices[i].nsend_free;
+		snprintf(tail, sizeof(tail), " replies_free=%" PRIu32 "/%" PRIu32,
+			 srv->devices[i].nsend_free, each);
+		stats_line(srv, signo, &srv->devices[i], tail);
+	}
+	snprintf(tail, sizeof(tail), " replies_free=%" PRIu32 "/%" PRIu32,
+		 free_all, each * srv->ndevices);
+	stats_line(srv, signo, NULL, tail);
 }
 
 /* One CM event (1; 0 if none), acked at once: rdma_destroy_id() waits for
@@ -245,8 +283,12 @@ static int cm_handle(struct server *srv)
 			conn_close(srv, conn);
 		}
 		break;
-	default:
-		err = cm_other(type); /* TIMEWAIT_EXIT, DEVICE_REMOVAL... */
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		errorf("the RDMA device went away");
+		err = -ENODEV;
+		break;
+	default: /* TIMEWAIT_EXIT, ADDR_CHANGE...: nothing to do */
+		break;
 	}
 	return err < 0 ? err : 1;
 }
@@ -256,9 +298,9 @@ static int cm_handle(struct server *srv)
  * through a device opens what that device needs. */
 static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
-	const char *refusal;
-	int err = conn_refusal(srv, id, &refusal);
+	const char *refusal = conn_refusal(srv, id);
 	struct device *dev = device_find(srv, id->verbs);
+	int err = 0;
 
 	if (!refusal && !dev) {
 		dev = &srv->devices[srv->ndevices++];
@@ -460,7 +502,7 @@ static int conn_create(struct server *srv, struct device *dev,
 	conn->id = id;
 	conn->dev = dev;
 	conn->qp_num = id->qp->qp_num;
-	conn->accepted_at = now_seconds();
+	conn->accepted_at = conn->probed_at = now_seconds(); /* keepalive */
 	conn->next = srv->conns;
 	id->context = srv->conns = conn;
 	srv->nconns++;
@@ -473,10 +515,12 @@ out_free:
 	return err;
 }
 
-/* Its QP to the error state: it takes nothing more, its work requests are
- * flushed.  Destroyed once nothing of it can complete (conns_reap()).  A
- * QP in that state already broke: a mark against its peer's address. */
-void conn_close(struct server *srv, struct conn *conn)
+/* Its QP to the error state: its sends, and a receive it had taken from
+ * the SRQ, complete with a flush error (the SRQ's other receives stay, for
+ * the other QPs).  Destroyed once nothing of it can complete
+ * (conns_reap()).  A QP in that state already broke: a mark against its
+ * peer's address (breaks_count()). */
+static void conn_close(struct server *srv, struct conn *conn)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	int ret;
@@ -497,25 +541,56 @@ void conn_close(struct server *srv, struct conn *conn)
 	say(&srv->out, "disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
 }
 
+/* The server ends a connection itself, and says why. */
+static void conn_drop(struct server *srv, struct conn *conn,
+		      const char *reason)
+{
+	if (!conn->closing)
+		close_print(srv, conn, reason);
+	conn_close(srv, conn);
+}
+
 /* The device's asynchronous events (1; 0 if none), acked: a QP's destroy
- * waits for the acks of its events.  LAST_WQE_REACHED: a QP on the SRQ, in
- * the error state, takes no more of its receives (conn_quiet()). */
-int async_handle(struct server *srv, struct device *dev)
+ * waits for the acks of its events; -EIO if the server must stop. */
+static int async_handle(struct server *srv, struct device *dev)
 {
 	struct ibv_async_event event;
+	struct ibv_qp *qp;
 	struct conn *conn;
 	int ret = 1;
 
 	if (ibv_get_async_event(dev->verbs, &event))
 		return errno == EAGAIN ? 0 : fail("ibv_get_async_event", errno);
-	if (event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
-		conn = conn_find(srv, dev, event.element.qp->qp_num);
+	async_print(srv, &event);
+	qp = event.element.qp;
+	switch (event.event_type) {
+	case IBV_EVENT_QP_LAST_WQE_REACHED: /* in ERR, it takes no more of the
+					     * SRQ's receives: conn_quiet() */
+		conn = conn_find(srv, dev, qp->qp_num);
 		if (conn && !conn->closing) /* it broke: a bad write, say */
 			conn_drop(srv, conn, "qp_error");
 		if (conn)
 			conn->last_wqe = true;
-	} else {
-		ret = async_other(srv, dev, &event); /* a QP broke, the CQ */
+		break;
+	case IBV_EVENT_QP_FATAL: /* it broke, and the device says so */
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+		conn = conn_find(srv, dev, qp->qp_num);
+		if (conn)
+			conn_close(srv, conn);
+		break;
+	case IBV_EVENT_COMM_EST: /* it receives before its RTU came */
+		conn = conn_find(srv, dev, qp->qp_num);
+		if (conn && !conn->established)
+			handshake_finish(conn);
+		break;
+	case IBV_EVENT_CQ_ERR: /* completions can no longer be trusted */
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_DEVICE_FATAL:
+		ret = -EIO;
+		break;
+	default: /* news: SRQ_LIMIT_REACHED, a port's state... */
+		break;
 	}
 	ibv_ack_async_event(&event);
 	return ret;
@@ -537,8 +612,11 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 	if (woken)
 		ibv_ack_cq_events(cq, 1);
 	n = cq_drain(srv, dev);
-	if (n < 0 || spin_on(srv, dev, n))
-		return n < 0 ? n : 0;
+	if (n < 0)
+		return n;
+	spin_on(srv, dev, n);
+	if (dev->spinning)
+		return 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
 	ret = ibv_req_notify_cq(dev->cq, 0);
 	if (ret)
@@ -557,8 +635,9 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
  * bound (cq_drain()) keeps it polling too, whatever the budget: the CQ
  * stays unarmed until a pass finds it empty, so a drain elsewhere that
  * empties it must not let the server sleep on a CQ that raises nothing.
+ * Whether to poll on, in dev->spinning.
  */
-static bool spin_on(struct server *srv, struct device *dev, int completions)
+static void spin_on(struct server *srv, struct device *dev, int completions)
 {
 	double now = now_seconds(), quiet_us;
 
@@ -566,7 +645,6 @@ static bool spin_on(struct server *srv, struct device *dev, int completions)
 		dev->last_completion = now;
 	quiet_us = (now - dev->last_completion) * 1e6;
 	dev->spinning = dev->cq_more || quiet_us < srv->opt.busy_poll_us;
-	return dev->spinning;
 }
 
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
@@ -576,7 +654,7 @@ static bool spin_on(struct server *srv, struct device *dev, int completions)
  * (dev->cq_more: then serve() comes back at once, for an armed CQ raises
  * no event for completions already there).  How many, or the first error,
  * once the rest of its batch is handled. */
-int cq_drain(struct server *srv, struct device *dev)
+static int cq_drain(struct server *srv, struct device *dev)
 {
 	struct ibv_wc wc[CQ_BATCH];
 	int n, total = 0, err = 0;
@@ -609,7 +687,7 @@ static int on_completion(struct server *srv, struct device *dev,
 	if (conn && !wc->status && !conn->established)
 		handshake_finish(conn); /* it sends: its RTU may be lost */
 	if (!conn || wc->status)
-		on_trouble(srv, conn, wc); /* a work request failed */
+		on_failure(srv, conn, wc); /* a work request failed */
 	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
 		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
@@ -622,6 +700,8 @@ static int on_completion(struct server *srv, struct device *dev,
 	}
 	if (conn) /* a reply or a keepalive probe: one send fewer */
 		conn->sending--;
+	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE)
+		conn->probing = false; /* answered */
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) /* its buffer was read */
 		reply_buffer_put(conn, wc->wr_id);
 	return 0;
@@ -629,12 +709,26 @@ static int on_completion(struct server *srv, struct device *dev,
 
 /* A walk of the list: what a completion costs more with more clients.  A
  * QP number is unique on its device only. */
-struct conn *conn_find(struct server *srv, struct device *dev, uint32_t qp_num)
+static struct conn *conn_find(struct server *srv, struct device *dev,
+			      uint32_t qp_num)
 {
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
 		if (conn->qp_num == qp_num && conn->dev == dev)
 			return conn;
 	return NULL;
+}
+
+/* A work request failed, and its QP is in the error state: the connection
+ * ends (failure_print() says what failed).  A keepalive probe that failed
+ * says why: its peer stopped answering. */
+static void on_failure(struct server *srv, struct conn *conn,
+		       const struct ibv_wc *wc)
+{
+	failure_print(conn, wc);
+	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE)
+		conn_drop(srv, conn, "qp_error");
+	else if (conn)
+		conn_close(srv, conn);
 }
 
 /* A control message arrived: answer it with one RESP_ALLOC. */
@@ -668,8 +762,8 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 }
 
 /* Signaled: its completion frees its send queue entry, and its buffer,
- * which the device may read until then (rxe on Linux 6.1 reads it within
- * the call, later kernels in a worker; a retransmission reads it again). */
+ * which the device may read until then (rxe on 6.1 mostly reads it within
+ * the call; a retransmission reads it again). */
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply)
 {
@@ -680,10 +774,18 @@ static void reply_send(struct server *srv, struct conn *conn,
 		.opcode = IBV_WR_SEND,
 		.send_flags = IBV_SEND_SIGNALED,
 	}, *bad;
-	int ret;
+	int ret = reply_room(conn); /* it may ask faster than it takes them */
 
-	if (reply_room(srv, conn))
-		return; /* it is closed */
+	if (!ret && !conn->dev->nsend_free) { /* --max-conns rules it out */
+		errorf("no reply buffer is free (all %u are in flight): "
+		       "qp=0x%" PRIx32 " gets no reply and is disconnected",
+		       srv->opt.max_conns * SEND_DEPTH, conn->qp_num);
+		ret = -ENOBUFS;
+	}
+	if (ret) {
+		conn_close(srv, conn);
+		return;
+	}
 	msg_encode(reply, reply_buffer_take(conn, &wr));
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
@@ -695,7 +797,7 @@ static void reply_send(struct server *srv, struct conn *conn,
 	conn->sending++;
 }
 
-/* A free buffer of conn's device (reply_room() saw one), named in wr:
+/* A free buffer of conn's device (reply_send() saw one), named in wr:
  * wr_id, SGE. */
 static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr)
 {
@@ -709,7 +811,8 @@ static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr)
 	return dev->send_bufs + index * CTRL_MSG_SIZE;
 }
 
-/* wr_id's buffer is free again, if conn still holds it: sends_abandon(). */
+/* wr_id's buffer is free again, if conn still holds it (conn_destroy()
+ * gives back those of sends it abandoned). */
 static void reply_buffer_put(struct conn *conn, uint64_t wr_id)
 {
 	struct device *dev = conn ? conn->dev : NULL;
@@ -738,17 +841,30 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 
 /* Destroy each quiet QP as the verbs ask for one on an SRQ: error state,
  * LAST_WQE_REACHED, the CQ drained of its last completions (a destroy would
- * lose them: mlx5 deletes them), destroy. */
-int conns_reap(struct server *srv)
+ * lose them: mlx5 deletes them), destroy.  Under a flood a pass of
+ * cq_drain() may leave some (dev->cq_more), but a CQ is first in, first
+ * out: once as many as it holds have been taken since the QP went quiet,
+ * its own are out. */
+static int conns_reap(struct server *srv)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
-	int n = srv->nclosing ? devices_drain(srv) : 0, err = 0; /* the last */
+	int err = 0;
 
-	if (n < 0)
-		return n;
+	for (unsigned int i = 0; srv->nclosing && i < srv->ndevices; i++) {
+		int n = cq_drain(srv, &srv->devices[i]); /* the last */
+
+		if (n < 0)
+			return n;
+	}
 	while ((conn = *link)) {
-		if (!conn_quiet(conn, now) || !cq_past(conn)) {
+		struct device *dev = conn->dev;
+
+		if (!conn->quiet && conn_quiet(conn, now)) {
+			conn->quiet = true;
+			conn->cq_mark = dev->polled + (uint64_t)dev->cq->cqe;
+		}
+		if (!conn->quiet || (dev->cq_more && dev->polled < conn->cq_mark)) {
 			link = &conn->next;
 			continue;
 		}
@@ -759,7 +875,7 @@ int conns_reap(struct server *srv)
 }
 
 /* Every send of a closing QP has completed, and the device has raised
- * LAST_WQE_REACHED, or, where it never does (rxe before Linux 6.5),
+ * LAST_WQE_REACHED, or, where it never does (rxe on 6.1; 6.12 raises it),
  * CLOSE_TIMEOUT_MS have passed: nothing of it can complete any more. */
 static bool conn_quiet(const struct conn *conn, double now)
 {
@@ -780,6 +896,9 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 
 	if (conn->slice.len)
 		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
+	for (uint32_t i = 0; conn->sending && i < srv->opt.max_conns * SEND_DEPTH;
+	     i++) /* sends abandoned: their buffers are free again */
+		reply_buffer_put(conn, WRID_SEND | i);
 	destroy_print(srv, conn, now);
 	srv->nconns--;
 	srv->nclosing--;
@@ -790,9 +909,57 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	return err;
 }
 
-/* Undo verbs_open() in reverse, once no QP is left. */
-static int verbs_close(struct device *dev, int err)
+/* Each connection past its next deadline (conn_due()) is closed, or sent a
+ * keepalive probe; returns when the next one falls (INFINITY: none). */
+static double conns_watch(struct server *srv)
 {
+	double now = now_seconds(), next = INFINITY;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
+		struct due due = conn_due(&srv->opt, conn);
+
+		if (due.at <= now && due.what == DEADLINE_PROBE &&
+		    probe_send(conn, now))
+			conn_drop(srv, conn, "qp_error");
+		else if (due.at <= now && due.what != DEADLINE_PROBE)
+			conn_drop(srv, conn, deadline_name(due.what));
+		due = conn_due(&srv->opt, conn); /* after what was done */
+		next = due.at < next ? due.at : next;
+	}
+	return next;
+}
+
+/*
+ * At the end: close every connection, then take events and completions
+ * until each QP is quiet and destroyed (CLOSE_TIMEOUT_MS at most, unless
+ * sends are still outstanding); after a signal, a last count.
+ */
+static int conns_end(struct server *srv)
+{
+	const struct timespec pause = { .tv_nsec = 1000000 };
+	int ret = 0;
+
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		conn_close(srv, conn);
+	while (srv->conns && ret >= 0) {
+		for (unsigned int i = 0; i < srv->ndevices && ret >= 0; i++)
+			while ((ret = async_handle(srv, &srv->devices[i])) > 0)
+				;
+		if (ret >= 0)
+			ret = conns_reap(srv); /* which drains every CQ first */
+		nanosleep(&pause, NULL);
+	}
+	if (srv->stopped_by)
+		stats_print(srv, srv->stopped_by);
+	end_print(srv);
+	return ret < 0 ? ret : 0;
+}
+
+/* Undo verbs_open() in reverse, once no QP is left. */
+static int verbs_close(struct device *dev)
+{
+	int err = 0;
+
 	if (dev->send_mr)
 		err = undo(err, "ibv_dereg_mr(reply buffers)",
 			   ibv_dereg_mr(dev->send_mr));

@@ -27,14 +27,15 @@
  *    client is closed, or does without), report() says it and returns
  *    nothing: a function that only reports is void.
  * 2. A function that counts returns the count, or a negative errno value,
- *    as read(2) does: how many completions were handled, or events taken,
- *    or milliseconds till a deadline.
- * 3. What is set up is undone by a goto ladder whose labels name what they
- *    undo, in reverse order of the setup: after a failure from the label
- *    that matches it, at the end from the top.  An undoing step never
- *    stops the rest: undo() reports a failed call and keeps the first
- *    error of the run:
+ *    as read(2) does: how many completions were handled, or events taken.
+ * 3. What is set up is undone in reverse order of the setup, and an
+ *    undoing step never stops the rest: undo() reports a failed call and
+ *    keeps the first error of the run:
  *        err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(cq));
+ *    A function that sets up several things undoes them by a goto ladder
+ *    whose labels name what they undo (main()); a function that undoes an
+ *    object (verbs_close()) checks each part, so that a half-built one is
+ *    undone too.
  */
 #ifndef RDMA_POOL_COMMON_H
 #define RDMA_POOL_COMMON_H

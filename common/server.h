@@ -1,14 +1,17 @@
 /*
- * server.h - what the two servers hold, and the machinery they share past
- * their core paths (common/server.c), written once.
+ * server.h - what the two servers hold, and the machinery under their core
+ * paths, written once in common/ by topic:
  *
- * Each server's own file keeps its whole core path: the verbs in the order
- * they run, and the code in which the polling and the event-driven designs
- * differ.  What both do alike beyond that lesson (options, signals and
- * reports, troubles, limits and refusals, deadlines and keepalive, the end
- * of all connections, --isolation) is here.  The machinery calls back
- * into the core path through the hooks at the end of this file, which each
- * server defines in its own way.
+ *   options.c    the command line
+ *   reports.c    signals, and every line a server prints
+ *   admission.c  the listener; who may connect: refusals, records per source
+ *   device.c     what a device can take; its SRQ's limit, each QP's RNR wait
+ *   deadlines.c  the handshake and request deadlines, keepalive probes
+ *   keys.c       --isolation mr: a region, and its key, per slice
+ *
+ * The machinery answers and records; it never closes a connection, polls a
+ * CQ or calls into a server.  Each server acts on the answers in its own
+ * file, where every way a connection ends can be read.
  */
 #ifndef RDMA_POOL_SERVER_H
 #define RDMA_POOL_SERVER_H
@@ -18,8 +21,8 @@
 #include "common/common.h"
 
 /* Sends in flight per connection before a reply is posted (replies and a
- * keepalive probe both count: reply_room()); its send queue has room for
- * one more, a probe posted without that check (conns_watch()). */
+ * keepalive probe both count); its send queue has room for one more, a
+ * probe posted whatever the count (conns_watch()). */
 #define SEND_DEPTH 8
 #define SQ_DEPTH (SEND_DEPTH + 1)
 /* wr_id is ours, handed back in the completion, failed or not: what the
@@ -44,7 +47,7 @@ struct options {
 	uint16_t port;
 	const char *address; /* -a, or "::": listener_bind() */
 	uint32_t pool_size, srq_depth, max_conns;
-	uint32_t handshake_ms, request_ms, keepalive_ms;   /* conns_watch() */
+	uint32_t handshake_ms, request_ms, keepalive_ms;   /* conn_due() */
 	uint32_t handshakes_per_source, breaks_per_source; /* conn_refusal() */
 	enum isolation isolation; /* whose key opens what: slice_key_make() */
 	bool help;
@@ -58,11 +61,12 @@ struct conn {
 	struct slice slice;   /* this client's part of the pool */
 	unsigned int sending; /* sends posted, not yet completed */
 	bool closing, last_wqe, established, requested, probing;
-	double accepted_at, probed_at, closed_at; /* conns_watch() ... */
-	struct slice_key *key; /* --isolation mr: slice_key_make() */
-	uint64_t quiet_mark;   /* cq_past() */
-	double said_at;	       /* mismatch_room(): this second's start, */
-	uint32_t said, unsaid; /* the lines said in it, and the rest */
+	double accepted_at, probed_at, closed_at; /* conn_due() ... */
+	bool quiet;	      /* nothing more of it can reach the CQ ... */
+	uint64_t cq_mark;     /* ... and what could is out after this poll */
+	struct ibv_mr *slice_mr; /* --isolation mr: slice_key_make() */
+	double said_at;	       /* doorbell_print(): this second's start, */
+	uint32_t said, unsaid; /* the MISMATCH lines said in it, the rest */
 	struct conn *next;
 };
 
@@ -88,12 +92,12 @@ struct device {
 	struct ibv_srq *srq;
 	struct ibv_cq *cq;
 	bool cq_more;	 /* cq_drain() stopped at its bound, not at empty */
-	uint64_t polled; /* completions cq_drain() has taken: cq_past() */
+	uint64_t polled; /* completions cq_drain() has taken */
 	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
 
-	/* The event-driven server's own; the polling one leaves them 0.  Its
-	 * completion channel, and hybrid polling (spin_on()): */
+	/* The event-driven server's own.  Its completion channel, and hybrid
+	 * polling (spin_on()): */
 	struct ibv_comp_channel *comp;
 	bool spinning;		/* polling the CQ unarmed */
 	double last_completion; /* while spinning */
@@ -118,51 +122,62 @@ struct server {
 	uint64_t sends_abandoned;
 	int sigfd, stopped_by; /* signals; the one that ended serve() */
 	struct outlet out;     /* say(): reports that never block */
-	/* The event-driven server's hook that gives a reply buffer back if
-	 * conn holds it (the polling server replies inline: NULL). */
-	void (*reply_buffer_put)(struct conn *conn, uint64_t wr_id);
 };
 
-/* ---- the machinery (server.c), in the order the core path meets it ------ */
-
+/* options.c */
 int parse_options(int argc, char **argv, bool busy_poll, struct options *opt);
-int devices_fit(struct server *srv);
+
+/* reports.c */
 int signals_open(struct server *srv);
-int listener_bind(struct server *srv);
 int signal_take(struct server *srv);
-int cm_other(enum rdma_cm_event_type type);
-int conn_refusal(struct server *srv, struct rdma_cm_id *id,
-		 const char **refusal);
-struct device *device_find(struct server *srv, struct ibv_context *verbs);
-void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason);
-int pool_keyless(struct server *srv, struct device *dev);
-int srq_limit_arm(struct server *srv, struct device *dev);
-void rnr_timer_shorten(struct ibv_qp *qp);
-void conn_drop(struct server *srv, struct conn *conn, const char *reason);
-void breaks_count(struct server *srv, struct conn *conn);
-void handshake_finish(struct conn *conn);
-bool cq_past(struct conn *conn);
-int devices_drain(struct server *srv);
-int async_other(struct server *srv, struct device *dev,
-		const struct ibv_async_event *event);
-void on_trouble(struct server *srv, struct conn *conn, const struct ibv_wc *wc);
-int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey);
+void stats_line(struct server *srv, int signo, const struct device *dev,
+		const char *tail);
 void reply_print(struct server *srv, const struct conn *conn,
 		 const struct ctrl_msg *reply, uint32_t asked);
-int reply_room(struct server *srv, struct conn *conn);
 void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict);
-int slice_key_drop(struct conn *conn);
+void failure_print(const struct conn *conn, const struct ibv_wc *wc);
+void async_print(struct server *srv, const struct ibv_async_event *event);
+void close_print(struct server *srv, const struct conn *conn,
+		 const char *reason);
 void destroy_print(struct server *srv, struct conn *conn, double now);
-int conns_watch(struct server *srv);
-int conns_close_all(struct server *srv);
+void end_print(const struct server *srv);
 
-/* ---- the hooks: each server's own core path, called by the machinery --- */
+/* admission.c */
+int listener_bind(struct server *srv);
+const char *conn_refusal(struct server *srv, struct rdma_cm_id *id);
+void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason);
+void breaks_count(struct server *srv, struct conn *conn);
+int reply_room(const struct conn *conn);
 
-void conn_close(struct server *srv, struct conn *conn);
-struct conn *conn_find(struct server *srv, struct device *dev, uint32_t qp_num);
-int async_handle(struct server *srv, struct device *dev);
-int cq_drain(struct server *srv, struct device *dev);
-int conns_reap(struct server *srv);
+/* device.c */
+int devices_fit(struct server *srv);
+const char *device_refusal(struct server *srv, struct ibv_context *verbs,
+			   bool say_why);
+struct device *device_find(struct server *srv, struct ibv_context *verbs);
+int srq_limit_arm(struct server *srv, struct device *dev);
+void rnr_timer_shorten(struct ibv_qp *qp);
+
+/* deadlines.c */
+enum deadline {
+	DEADLINE_NONE,	    /* none to come: closing, or no keepalive */
+	DEADLINE_HANDSHAKE, /* no RTU yet: close */
+	DEADLINE_REQUEST,   /* no request yet: close */
+	DEADLINE_PROBE,	    /* a keepalive probe to send */
+	DEADLINE_SILENT,    /* the last probe unanswered: close */
+};
+struct due {
+	enum deadline what;
+	double at; /* now_seconds() when it falls; INFINITY for none */
+};
+struct due conn_due(const struct options *opt, const struct conn *conn);
+const char *deadline_name(enum deadline what);
+int probe_send(struct conn *conn, double now);
+void handshake_finish(struct conn *conn);
+
+/* keys.c */
+int pool_keyless(struct server *srv, struct device *dev);
+int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey);
+int slice_key_drop(struct conn *conn);
 
 #endif /* RDMA_POOL_SERVER_H */

@@ -1,19 +1,22 @@
 /*
  * unit_common.c - unit tests of common/: the chunk pool, the control
- * message, the protocol decisions and the small parsers.  Plain C against
- * the real code; nothing here needs an RDMA device.
+ * message, the protocol decisions and the small parsers, and the servers'
+ * machinery (common/server.h: options, deadlines).  Plain C against the
+ * real code; nothing here needs an RDMA device.  It links all of common/
+ * and no server: the machinery calls nothing of theirs.
  *
  * Reports in TAP (tests/tap.h).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "common/common.h"
+#include "common/server.h"
 #include "tests/tap.h"
 
 #define MIB (1024u * 1024u)
@@ -372,6 +375,72 @@ static void test_say_never_blocks(void)
 	signal(SIGPIPE, SIG_DFL);
 }
 
+/* ---- the servers' machinery -------------------------------------------- */
+
+static int parse(struct options *opt, const char *a, const char *b)
+{
+	char *argv[] = { "server", (char *)a, (char *)b, NULL };
+
+	optind = 0; /* getopt_long() starts afresh */
+	*opt = (struct options){ 0 };
+	return parse_options(b ? 3 : 2, argv, false, opt);
+}
+
+static void test_parse_options(void)
+{
+	struct options opt;
+
+	EXPECT(parse(&opt, "--port", "0") == 0 && opt.port == 0 &&
+	       opt.srq_depth == 128 && opt.max_conns == 64 &&
+	       opt.isolation == ISOLATION_NONE && !strcmp(opt.address, "::"));
+	EXPECT(parse(&opt, "--isolation", "mr") == 0 &&
+	       opt.isolation == ISOLATION_MR);
+	EXPECT(parse(&opt, "--isolation", "mw") == -EINVAL);
+	EXPECT(parse(&opt, "--pool-size", "4097") == -EINVAL);
+	EXPECT(parse(&opt, "--busy-poll-us", "5") == -EINVAL); /* not ours */
+	EXPECT(parse(&opt, "--keepalive-ms", "0") == 0 && !opt.keepalive_ms);
+}
+
+/* Each deadline in its turn, and the time it falls: the handshake's, the
+ * first request's, then a probe every --keepalive-ms, and the close of a
+ * connection whose probe is unanswered when the next one is due. */
+static void test_conn_due(void)
+{
+	struct options opt = { .handshake_ms = 5000, .request_ms = 10000,
+			       .keepalive_ms = 2000 };
+	struct conn conn = { .accepted_at = 100, .probed_at = 100 };
+	struct due due = conn_due(&opt, &conn);
+
+	EXPECT(due.what == DEADLINE_HANDSHAKE && due.at == 105);
+	conn.established = true;
+	due = conn_due(&opt, &conn);
+	EXPECT(due.what == DEADLINE_REQUEST && due.at == 110);
+	conn.requested = true;
+	due = conn_due(&opt, &conn);
+	EXPECT(due.what == DEADLINE_PROBE && due.at == 102);
+	conn.probing = true;
+	conn.probed_at = 103;
+	due = conn_due(&opt, &conn);
+	EXPECT(due.what == DEADLINE_SILENT && due.at == 105);
+	EXPECT(!strcmp(deadline_name(due.what), "peer_silent"));
+	opt.keepalive_ms = 0;
+	EXPECT(conn_due(&opt, &conn).what == DEADLINE_NONE);
+	conn.closing = true;
+	opt.keepalive_ms = 2000;
+	due = conn_due(&opt, &conn);
+	EXPECT(due.what == DEADLINE_NONE && isinf(due.at));
+}
+
+/* A client may have SEND_DEPTH sends in flight, and no more. */
+static void test_reply_room(void)
+{
+	struct conn conn = { .sending = SEND_DEPTH - 1 };
+
+	EXPECT(reply_room(&conn) == 0);
+	conn.sending = SEND_DEPTH;
+	EXPECT(reply_room(&conn) == -ENOBUFS);
+}
+
 /* ---- runner ------------------------------------------------------------- */
 
 static const struct unit_test tests[] = {
@@ -392,6 +461,9 @@ static const struct unit_test tests[] = {
 	{ "names", test_names },
 	{ "fail_never_returns_success", test_fail_never_returns_success },
 	{ "say_never_blocks", test_say_never_blocks },
+	{ "parse_options", test_parse_options },
+	{ "conn_due", test_conn_due },
+	{ "reply_room", test_reply_room },
 };
 
 int main(void)

@@ -1,0 +1,239 @@
+/*
+ * admission.c - who may connect, and on what terms: the listener's address
+ * (listener_bind()); each connect request's refusal, if it must be refused
+ * (conn_refusal()), and the rejection the client is told (conn_reject());
+ * the record of each source whose connections broke (breaks_count()).
+ * Each server's core path calls these, from listen_open(),
+ * on_connect_request() and conn_close(); conn_refusal() only answers.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/server.h"
+
+/* A source's breaks are counted over a minute: breaks_count(). */
+#define BREAK_WINDOW_S 60.0
+
+/* 0.0.0.0 or ::, every address of its family. */
+static bool any_address(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(
+			&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return ((const struct sockaddr_in *)sa)->sin_addr.s_addr ==
+	       htonl(INADDR_ANY);
+}
+
+/* The bind failed.  The wildcard is always there: the port is taken.  A
+ * given address may be no address of this machine as well: rdma_cm says
+ * EADDRNOTAVAIL for either. */
+static int listen_fail(struct server *srv, bool wildcard, int err)
+{
+	if (err != EADDRINUSE && err != EADDRNOTAVAIL)
+		return fail("rdma_bind_addr", err);
+	if (wildcard)
+		errorf("port %u is already in use (rdma_bind_addr: %s)",
+		       srv->opt.port, strerror(err));
+	else
+		errorf("cannot listen on %s port %u: the port is in use, or "
+		       "%s is no address of this machine (rdma_bind_addr: %s)",
+		       srv->opt.address, srv->opt.port, srv->opt.address,
+		       strerror(err));
+	return -err;
+}
+
+/*
+ * Bind the listener to -a ADDR (an address of either family, or a name:
+ * its first address) and --port.  The default, "::", is every address of
+ * both families: an IPv6 wildcard hears IPv4 connect requests too once
+ * RDMA_OPTION_ID_AFONLY is 0, set here rather than left to the sysctl
+ * net.ipv6.bindv6only, which rdma_bind_addr() follows otherwise (the
+ * kernel's cma.c: rdma_bind_addr(), cma_match_private_data()).
+ */
+int listener_bind(struct server *srv)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_socktype = SOCK_STREAM },
+			*ai;
+	char port[8];
+	int afonly = 0, ret;
+	bool wildcard;
+
+	snprintf(port, sizeof(port), "%u", srv->opt.port);
+	ret = getaddrinfo(srv->opt.address, port, &hints, &ai);
+	if (ret) {
+		errorf("cannot listen on '%s': %s", srv->opt.address,
+		       gai_strerror(ret));
+		return -EINVAL;
+	}
+	wildcard = any_address(ai->ai_addr);
+	if (wildcard && ai->ai_family == AF_INET6 &&
+	    rdma_set_option(srv->listener, RDMA_OPTION_ID,
+			    RDMA_OPTION_ID_AFONLY, &afonly, sizeof(afonly)))
+		ret = fail("rdma_set_option(AFONLY)", errno);
+	else if (rdma_bind_addr(srv->listener, ai->ai_addr))
+		ret = listen_fail(srv, wildcard, errno);
+	freeaddrinfo(ai);
+	return ret;
+}
+
+/* Refuse a connect request; the reason goes to the client as private
+ * data.  A failure here concerns that client alone: said, not passed up. */
+void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
+{
+	say(&srv->out, "reject reason=%s\n", reason);
+	if (rdma_reject(id, reason, (uint8_t)(strlen(reason) + 1)))
+		report("rdma_reject", errno);
+	if (rdma_destroy_id(id))
+		report("rdma_destroy_id", errno);
+}
+
+/*
+ * The connections that can still complete a send: every open one, and a
+ * closing one until its last send has completed.  After that its QP can
+ * complete only receives it took from the SRQ, which the SRQ's share of
+ * the CQ covers.  Only these count toward --max-conns, what the CQ is sized
+ * for (cq_open()).
+ */
+static unsigned int conns_sending(const struct server *srv)
+{
+	unsigned int n = 0;
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
+		n += !conn->closing || conn->sending;
+	return n;
+}
+
+/* Whether two socket addresses are one host's, the port aside.  Only IPv4
+ * and IPv6 addresses are compared; any other (AF_IB) is no one's. */
+static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+/* Connections from id's peer address still in their handshake. */
+static uint32_t handshakes_from(const struct server *srv, struct rdma_cm_id *id)
+{
+	const struct sockaddr *from = rdma_get_peer_addr(id);
+	uint32_t n = 0;
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
+		n += !conn->closing && !conn->established &&
+		     same_host(rdma_get_peer_addr(conn->id), from);
+	return n;
+}
+
+/* The record of from's breaks, if any; else, with make, the oldest record
+ * made anew for it (one never used is the oldest of all), n 0. */
+static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
+				bool make)
+{
+	struct breaks *b, *oldest = srv->breaks;
+
+	for (b = srv->breaks; b < srv->breaks + BREAK_SOURCES; b++) {
+		if (b->n && same_host((const struct sockaddr *)&b->from, from))
+			return b;
+		if (b->since < oldest->since)
+			oldest = b;
+	}
+	if (!make)
+		return NULL;
+	memset(oldest, 0, sizeof(*oldest));
+	memcpy(&oldest->from, from, sizeof(oldest->from));
+	return oldest;
+}
+
+/*
+ * A connection whose QP the server finds in the error state before it put
+ * it there broke for its peer's reasons: a write with a key that does not
+ * open where it points (a guessed key: under --isolation mr, 1 in 256 is
+ * right), a message too long, an invalidation the device refuses, a peer
+ * that stopped acknowledging.  Whatever event, or none (rxe on 6.1 raises
+ * none: the QP is found broken when the peer leaves, or by the
+ * keepalive), it comes through conn_close(), which calls this first.  One
+ * break more for the peer's address; --breaks-per-source of them within a
+ * minute, and the address is refused until that minute is over
+ * (conn_refusal()): a guesser gets that many tries a minute per address.
+ * Cost: a query of the QP per close, and BREAK_SOURCES records, whose
+ * oldest a new address takes: a peer with as many addresses escapes.
+ */
+void breaks_count(struct server *srv, struct conn *conn)
+{
+	const struct sockaddr *from = rdma_get_peer_addr(conn->id);
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	struct breaks *b;
+	double now = now_seconds();
+
+	if (ibv_query_qp(conn->id->qp, &attr, IBV_QP_STATE, &init) ||
+	    attr.qp_state != IBV_QPS_ERR)
+		return;
+	b = breaks_of(srv, from, true);
+	if (!b->n || now - b->since >= BREAK_WINDOW_S) { /* a new minute */
+		b->since = now;
+		b->n = 0;
+	}
+	b->n++;
+}
+
+/* Whether id's peer address broke --breaks-per-source connections this
+ * minute. */
+static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
+{
+	const struct breaks *b = breaks_of(srv, rdma_get_peer_addr(id), false);
+
+	return b && b->n >= srv->opt.breaks_per_source &&
+	       now_seconds() - b->since < BREAK_WINDOW_S;
+}
+
+/*
+ * Why a connect request must be refused, or NULL if it may come in: it
+ * came through a device not in use yet that cannot take the settings
+ * (device_refusal()), or MAX_DEVICES are in use already; or its address
+ * has --handshakes-per-source connections in their handshake already, or
+ * broke too many (breaks_count()); or the server is full.  The handshake
+ * deadline frees a place a half-open peer took, but such a peer can take
+ * it again at once: the limit per address keeps one host from holding
+ * every place that way (a peer with many addresses still can).
+ */
+const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
+{
+	if (!device_find(srv, id->verbs)) /* a device not in use yet */
+		return srv->ndevices < MAX_DEVICES
+			       ? device_refusal(srv, id->verbs, false)
+			       : "too-many-devices";
+	if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
+		return "source-busy";
+	if (source_penalized(srv, id))
+		return "source-penalized";
+	if (conns_sending(srv) >= srv->opt.max_conns)
+		return "server-full";
+	return NULL;
+}
+
+/*
+ * Room for a reply: 0, or -ENOBUFS, said.  A connection may have
+ * SEND_DEPTH sends in flight: the protocol is request and reply, so a
+ * client that asks faster than it takes its replies is disconnected.
+ */
+int reply_room(const struct conn *conn)
+{
+	if (conn->sending < SEND_DEPTH)
+		return 0;
+	errorf("qp=0x%" PRIx32 " sent more than it takes replies for: %d "
+	       "sends in flight (replies, a probe): disconnecting it",
+	       conn->qp_num, SEND_DEPTH);
+	return -ENOBUFS;
+}

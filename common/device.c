@@ -1,0 +1,150 @@
+/*
+ * device.c - what an RDMA device can take: each one's limits checked
+ * against the settings at start (devices_fit(), from main()) and when its
+ * first client comes (device_refusal(), from conn_refusal()); the device
+ * in use that a client came through (device_find()); and two settings of
+ * the server's verbs, the SRQ's limit event (srq_limit_arm(), from
+ * srq_open()) and each QP's RNR wait (rnr_timer_shorten(), from
+ * conn_create()).
+ */
+#include <errno.h>
+#include <inttypes.h>
+
+#include "common/server.h"
+
+/*
+ * Why a device cannot take this server's settings, or NULL if it can: an
+ * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
+ * a QP per connection and, under --isolation mr, a region per slice.
+ * Says which limit a setting passes (the device's attribute,
+ * ibv_query_device(3)), if say_why.
+ */
+const char *device_refusal(struct server *srv, struct ibv_context *verbs,
+			   bool say_why)
+{
+	uint64_t cqe =
+		srv->opt.srq_depth + (uint64_t)srv->opt.max_conns * SQ_DEPTH;
+	const char *name = ibv_get_device_name(verbs->device);
+	struct ibv_device_attr attr;
+	int ret = ibv_query_device(verbs, &attr);
+
+	if (ret) {
+		report("ibv_query_device", ret);
+		return "device-limits";
+	}
+	if (srv->opt.srq_depth > (uint32_t)attr.max_srq_wr) {
+		if (say_why)
+			errorf("--srq-depth %" PRIu32 ": %s allows %d receives "
+			       "on an SRQ (max_srq_wr)",
+			       srv->opt.srq_depth, name, attr.max_srq_wr);
+		return "device-limits";
+	}
+	if (cqe > (uint64_t)attr.max_cqe) {
+		if (say_why)
+			errorf("--srq-depth %" PRIu32
+			       " and --max-conns %" PRIu32
+			       " need a CQ of %" PRIu64 " entries: %s allows "
+			       "%d (max_cqe)",
+			       srv->opt.srq_depth, srv->opt.max_conns, cqe,
+			       name, attr.max_cqe);
+		return "device-limits";
+	}
+	if (srv->opt.max_conns > (uint32_t)attr.max_qp) {
+		if (say_why)
+			errorf("--max-conns %" PRIu32 ": %s allows %d QPs "
+			       "(max_qp)",
+			       srv->opt.max_conns, name, attr.max_qp);
+		return "device-limits";
+	}
+	if (srv->opt.isolation == ISOLATION_NONE)
+		return NULL;
+	if (srv->opt.max_conns + 2 > (uint32_t)attr.max_mr) {
+		if (say_why)
+			errorf("--isolation: %s allows %d memory regions "
+			       "(max_mr), fewer than one per slice of "
+			       "--max-conns %" PRIu32
+			       " and two of the server's",
+			       name, attr.max_mr, srv->opt.max_conns);
+		return "device-limits";
+	}
+	return NULL;
+}
+
+/*
+ * At start: an RDMA device at all (devices_check()), and one at least that
+ * can take the settings; a setting none can take is refused now, by name,
+ * not at the first client.  A device that cannot, when another can, is
+ * named, and a client that comes through it refused (conn_refusal()).
+ */
+int devices_fit(struct server *srv)
+{
+	struct ibv_device **list;
+	int n, fits = 0, err = devices_check();
+
+	if (err)
+		return err;
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return fail("ibv_get_device_list", errno);
+	for (int i = 0; i < n; i++) {
+		struct ibv_context *verbs = ibv_open_device(list[i]);
+
+		if (!verbs) {
+			report("ibv_open_device", errno);
+			continue;
+		}
+		fits += !device_refusal(srv, verbs, true);
+		err = undo(err, "ibv_close_device", ibv_close_device(verbs));
+	}
+	ibv_free_device_list(list);
+	if (err)
+		return err;
+	return fits ? 0 : -EINVAL;
+}
+
+/*
+ * Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
+ * an eighth of the SRQ's receives are left: a sign that the server is not
+ * keeping up and clients are about to hear "receiver not ready".  The limit
+ * disarms itself when it fires; we do not re-arm it, one line is enough.
+ */
+int srq_limit_arm(struct server *srv, struct device *dev)
+{
+	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
+	int ret;
+
+	if (!attr.srq_limit)
+		return 0;
+	ret = ibv_modify_srq(dev->srq, &attr, IBV_SRQ_LIMIT);
+	return ret ? fail("ibv_modify_srq(srq_limit)", ret) : 0;
+}
+
+/* "receiver not ready", wait 0.64 ms (code 12); rxe: at least a kernel tick */
+#define MIN_RNR_TIMER 12
+
+/*
+ * When a message finds the SRQ empty, our NIC answers "receiver not ready"
+ * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
+ * rdma_accept() leaves it at 0, which is not "no wait" but the longest,
+ * 655 ms.  Only a connected QP takes a shorter one; if it will not, the
+ * connection still works, slowly under load: a warning, not an error.
+ */
+void rnr_timer_shorten(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
+	int ret = ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER);
+
+	if (ret)
+		report("ibv_modify_qp(min_rnr_timer)", ret);
+}
+
+/* The device in use whose context is verbs, or NULL: librdmacm opens each
+ * device once and gives every cm_id on it that one context
+ * (ucma_get_device() in its cma.c). */
+struct device *device_find(struct server *srv, struct ibv_context *verbs)
+{
+	for (unsigned int i = 0; i < srv->ndevices; i++)
+		if (srv->devices[i].verbs == verbs)
+			return &srv->devices[i];
+	return NULL;
+}

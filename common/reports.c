@@ -1,0 +1,254 @@
+/*
+ * reports.c - the servers' signals, and every line they print: what is in
+ * use, each grant and doorbell, each failure, event, close and destroy,
+ * and the last words.  Each server's core path calls these where the thing
+ * reported happens; they print, count lines, and change nothing else.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "common/server.h"
+
+/*
+ * Signals arrive as readable data on a file descriptor instead of
+ * interrupting the program: the loop checks it like any other source of
+ * work, and no global flag is needed.  SIGINT and SIGTERM stop the server,
+ * SIGUSR1 asks for its counters.  SIGPIPE, which would end the server
+ * without its teardown when its stdout's reader goes away, is ignored:
+ * say() sees EPIPE instead, and the server stops on srv->out.closed.
+ */
+int signals_open(struct server *srv)
+{
+	sigset_t mask;
+
+	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+		return fail("signal(SIGPIPE)", errno);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGUSR1);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL))
+		return fail("sigprocmask", errno);
+	srv->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (srv->sigfd < 0)
+		return fail("signalfd", errno);
+	return 0;
+}
+
+/* The number of a pending signal, 0 if none. */
+int signal_take(struct server *srv)
+{
+	struct signalfd_siginfo info;
+
+	if (read(srv->sigfd, &info, sizeof(info)) != sizeof(info))
+		return 0;
+	return (int)info.ssi_signo;
+}
+
+/*
+ * What is in use right now on one device, or on all of them (dev NULL),
+ * after SIGUSR1 ("stats") or at the end, after the signal signo
+ * ("shutdown signal=SIGINT"); tail: the server's own counts.  Once every
+ * client has gone, and its QP with it: 0 connections, 0 closing, 0
+ * chunks, every receive posted; anything else was lost.
+ */
+void stats_line(struct server *srv, int signo, const struct device *dev,
+		const char *tail)
+{
+	unsigned int live = 0, closing = 0;
+	uint32_t posted = 0, depth = 0;
+	uint64_t doorbells = 0;
+	size_t chunks = 0;
+	char what[48] = "stats", name[80] = "";
+
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next) {
+		if (dev && conn->dev != dev)
+			continue;
+		live += !conn->closing;
+		closing += conn->closing;
+	}
+	for (unsigned int i = 0; i < srv->ndevices; i++) {
+		const struct device *d = &srv->devices[i];
+
+		if (dev && d != dev)
+			continue;
+		chunks += d->pool.used;
+		doorbells += d->doorbells;
+		posted += d->recvs_posted;
+		depth += srv->opt.srq_depth;
+	}
+	if (signo != SIGUSR1)
+		snprintf(what, sizeof(what), "shutdown signal=SIG%s",
+			 sigabbrev_np(signo));
+	if (dev)
+		snprintf(name, sizeof(name), " device=%s",
+			 ibv_get_device_name(dev->verbs->device));
+	say(&srv->out,
+	    "%s%s connections=%u chunks_in_use=%zu doorbells=%" PRIu64
+	    " closing=%u recvs_posted=%" PRIu32 "/%" PRIu32 "%s\n",
+	    what, name, live, chunks, doorbells, closing, posted, depth, tail);
+}
+
+/* The grant or denial on_request() sends. */
+void reply_print(struct server *srv, const struct conn *conn,
+		 const struct ctrl_msg *reply, uint32_t asked)
+{
+	if (reply->status)
+		say(&srv->out,
+		    "deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
+		    conn->qp_num, asked, errno_name((int)reply->status));
+	else
+		say(&srv->out,
+		    "grant qp=0x%" PRIx32 " addr=0x%" PRIx64 " rkey=0x%" PRIx32
+		    " size=%" PRIu32 "\n",
+		    conn->qp_num, reply->addr, reply->rkey, reply->size);
+}
+
+/* The MISMATCH lines of a connection not said: one line for all. */
+static void unsaid_print(struct conn *conn)
+{
+	if (conn->unsaid)
+		errorf("MISMATCH qp=0x%" PRIx32 ": %" PRIu32
+		       " more, not printed",
+		       conn->qp_num, conn->unsaid);
+	conn->unsaid = 0;
+}
+
+/*
+ * A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
+ * MISMATCH (ordering or data broke), which stderr hears of too, at most
+ * MISMATCH_LINES_PER_S a second.  A peer that rings doorbells over slots it
+ * never wrote would otherwise have the server write a line per doorbell, as
+ * fast as its NIC takes them: a full disk, or a terminal that shows nothing
+ * else.  The rest are counted, and said in one line when the next second's
+ * first one comes, or the connection goes (destroy_print()).
+ */
+#define MISMATCH_LINES_PER_S 10
+void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
+		    uint32_t value, enum slot_verdict verdict)
+{
+	double now;
+
+	say(&srv->out,
+	    "doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32 " %s\n",
+	    conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict != SLOT_MISMATCH)
+		return;
+	now = now_seconds();
+	if (now - conn->said_at >= 1) {
+		unsaid_print(conn);
+		conn->said_at = now;
+		conn->said = 0;
+	}
+	if (conn->said == MISMATCH_LINES_PER_S) {
+		conn->unsaid++;
+		return;
+	}
+	conn->said++;
+	errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32 " found %" PRIu32
+	       " in its slot%s",
+	       conn->qp_num, seq, value,
+	       conn->slice.len ? "" : " (it holds no slice)");
+}
+
+/*
+ * A work request failed, and its QP is now in the error state; only
+ * wr_id, status and qp_num are set (not opcode).  A flush
+ * (IBV_WC_WR_FLUSH_ERR) is only the echo of an error state reported
+ * before, or of a close: not said.  Nor is a completion of no connection
+ * of ours, but that it came.
+ */
+void failure_print(const struct conn *conn, const struct ibv_wc *wc)
+{
+	const char *what = "reply";
+
+	if (!conn) {
+		errorf("a completion for qp=0x%" PRIx32 ", which is no "
+		       "connection of ours",
+		       wc->qp_num);
+		return;
+	}
+	if (WRID_KIND(wc->wr_id) == WRID_RECV)
+		what = "receive";
+	else if (WRID_KIND(wc->wr_id) == WRID_PROBE)
+		what = "keepalive probe";
+	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
+		       wc_status_name(wc->status));
+}
+
+/* An asynchronous event, named: with its QP's number if it has one; why
+ * the server stops, if it does (a CQ, an SRQ or a device that broke).
+ * LAST_WQE_REACHED, the last event of every QP that closes on a kernel
+ * that raises it, is not said. */
+void async_print(struct server *srv, const struct ibv_async_event *event)
+{
+	const char *name = async_event_name(event->event_type);
+
+	switch (event->event_type) {
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
+		    event->element.qp->qp_num);
+		return;
+	case IBV_EVENT_CQ_ERR:
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_DEVICE_FATAL:
+		say(&srv->out, "async event=%s\n", name);
+		errorf("%s: completions can no longer be trusted: stopping",
+		       name);
+		return;
+	default:
+		say(&srv->out, "async event=%s\n", name);
+	}
+}
+
+/* The server ends a connection itself: why. */
+void close_print(struct server *srv, const struct conn *conn,
+		 const char *reason)
+{
+	say(&srv->out, "close qp=0x%" PRIx32 " reason=%s\n", conn->qp_num,
+	    reason);
+}
+
+/*
+ * A QP is gone, its slice back; what ended the wait (conn_quiet()).  A
+ * send still outstanding then was abandoned (a device that flushes
+ * nothing: never seen): counted, and said.  Its completion, should one
+ * come after all, finds no connection: rxe gives a QP number again only
+ * after about a million QPs (docs/design.md).
+ */
+void destroy_print(struct server *srv, struct conn *conn, double now)
+{
+	if (conn->sending)
+		errorf("qp=0x%" PRIx32 ": %u sends still outstanding after "
+		       "%d ms: destroying it anyway",
+		       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
+	srv->sends_abandoned += conn->sending;
+	unsaid_print(conn);
+	say(&srv->out,
+	    "destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s freed=%zu\n",
+	    conn->qp_num, (now - conn->closed_at) * 1000,
+	    conn->last_wqe ? "last_wqe" : "timer", conn->slice.len);
+}
+
+/* The last words, on stderr: what was lost on the way. */
+void end_print(const struct server *srv)
+{
+	if (srv->out.dropped)
+		errorf("%" PRIu64 " lines of output dropped: stdout was not "
+		       "read fast enough",
+		       srv->out.dropped);
+	if (srv->sends_abandoned)
+		errorf("%" PRIu64 " sends abandoned with their QPs",
+		       srv->sends_abandoned);
+}
