@@ -5,8 +5,10 @@
 # and one more, the event-driven server's registered reply buffers against
 # the polling server's inline replies.  This keeps it true: a function that
 # both define must be the same, word for word (its comment above it may
-# differ), unless DESIGNED below gives the reason; and the functions they
-# share come in the same order in both files.
+# differ), unless DESIGNED below gives the reason; the functions they
+# share come in the same order in both files; a function only one file
+# defines is one OWN_EV names (the polling file has none of its own); and a
+# macro both define is defined alike (one only one defines is named).
 #
 #   tests/twins.sh [TICK_FILE EV_FILE]
 #
@@ -25,8 +27,12 @@ declare -A DESIGNED=(
 	[reply_send]="inline from the stack, or from a registered buffer (the second lesson)"
 	[on_completion]="a completed reply gives its buffer back, by wr_id"
 	[serve]="the tick loop, or poll() on the descriptors"
-	[main]="the event-driven server names its reply buffers' hook and takes --busy-poll-us"
+	[main]="the event-driven server takes --busy-poll-us"
+	[stats_print]="the event-driven server counts its free reply buffers too"
+	[conn_destroy]="... and takes back those of the sends it abandons"
 )
+# The event-driven server's own: its sleep, its arming, and its buffers.
+OWN_EV="poll_timeout replies_open cq_event spin_on reply_buffer_take reply_buffer_put"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -64,7 +70,7 @@ functions() {
 
 # compare TICK EV OUT: the checks, with OUT as scratch.
 compare() {
-	local out=$3 shared same=0 differ='' name
+	local out=$3 shared same=0 differ='' name own own_ev why
 	functions "$1" "$out/tick" || { fail read "no function found in $1"; exit 1; }
 	functions "$2" "$out/ev" || { fail read "no function found in $2"; exit 1; }
 
@@ -98,20 +104,45 @@ compare() {
 	pass_if "same_order ($shared shared functions)" \
 		"the shared functions come in another order: $(diff "$out/tick.shared" "$out/ev.shared" | grep '^[<>]' | tr '\n' ' ')" \
 		cmp -s "$out/tick.shared" "$out/ev.shared"
+
+	# Each file's own functions: none in the tick's, OWN_EV in the ev's.
+	own=$(grep -Fvxf "$out/ev/.order" "$out/tick/.order" | tr '\n' ' ' || true)
+	own_ev=$(grep -Fvxf "$out/tick/.order" "$out/ev/.order" | sort | tr '\n' ' ' || true)
+	why=''
+	[ -z "$own" ] && [ "$own_ev" = "$(tr ' ' '\n' <<<"$OWN_EV" | sort | tr '\n' ' ')" ] ||
+		why="only the polling file defines: ${own:-none}; only the ev file: ${own_ev:-none}, not OWN_EV's $OWN_EV"
+	pass_unless "own_functions (the event-driven server's: $own_ev)" "$why"
+
+	macros "$1" >"$out/tick.macros"
+	macros "$2" >"$out/ev.macros"
+	differ=$(join -t $'\t' "$out/tick.macros" "$out/ev.macros" | awk -F'\t' '$2 != $3 { printf " %s", $1 }')
+	pass_unless "shared_macros_identical ($(join -t $'\t' "$out/tick.macros" "$out/ev.macros" | wc -l) alike; one file's own:$(join -t $'\t' -v1 -v2 "$out/tick.macros" "$out/ev.macros" | cut -f1 | tr '\n' ' ' | sed 's/^/ /'))" \
+		"${differ:+defined otherwise in the two files:$differ}"
+}
+
+# macros FILE: "NAME<TAB>definition" of each #define of FILE, sorted by
+# name (a definition continued by a backslash is joined).
+macros() {
+	awk '/^#define / { def = $0; while (def ~ /\\$/ && (getline line) > 0)
+		def = substr(def, 1, length(def) - 1) line
+		split(def, w, /[ (\t]/); print w[2] "\t" def }' "$1" | sort -t $'\t' -k1,1
 }
 
 compare "$tick" "$ev" "$work/real"
 
 # The check checks itself: on_doorbell, shared and not designed to differ,
-# changed by one word in a copy, must be caught.
+# and CQ_BATCH, each changed by one word in a copy, must be caught.
 if [ "$#" = 0 ]; then
-	sed 's/conn->dev->doorbells++;/conn->dev->doorbells += 2;/' "$ev" >"$work/ev_changed.c"
+	sed 's/conn->dev->doorbells++;/conn->dev->doorbells += 2;/; s/^#define CQ_BATCH 16 /#define CQ_BATCH 32 /' \
+		"$ev" >"$work/ev_changed.c"
 	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
-	if cmp -s "$ev" "$work/ev_changed.c"; then
-		fail catches_a_difference "the self-test's sed found nothing to change in on_doorbell"
+	if [ "$(diff "$ev" "$work/ev_changed.c" | grep -c '^>')" != 2 ]; then
+		fail catches_a_difference "the self-test's sed did not find both on_doorbell's count and CQ_BATCH to change"
+	elif ! grep -q '^not ok - twins/shared_functions_identical (.*: .* on_doorbell' "$work/self.out"; then
+		fail catches_a_difference "a changed on_doorbell went unnoticed"
 	else
-		pass_if catches_a_difference "a changed on_doorbell went unnoticed" \
-			grep -q '^not ok - twins/shared_functions_identical (.*: .* on_doorbell' "$work/self.out"
+		pass_if catches_a_difference "a changed CQ_BATCH went unnoticed" \
+			grep -q '^not ok - twins/shared_macros_identical (.*: .* CQ_BATCH' "$work/self.out"
 	fi
 fi
 report_end
