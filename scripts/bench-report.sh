@@ -282,8 +282,9 @@ EOF
 		"the wall time from the first client's start to the last one's end (each client's" \
 		"start-up and connection included); the server's CPU time (from" \
 		"/proc/PID/schedstat) is over the same span. Slowest client: the longest of the" \
-		"clients' own stream times, first write to last doorbell. RNR NAKs: doorbells" \
-		"that found the SRQ empty and were retried (the device's send_rnr_err counter)."
+		"clients' own stream times, first write to last doorbell. RNR NAKs: the rise of" \
+		"the device's send_rnr_err counter, every \"receiver not ready\" NAK its responders" \
+		"sent, for every QP on it (a doorbell retried counts once per try; a REQ_ALLOC too)."
 	echo
 	echo "![aggregate writes/s against clients](scale.png)"
 } >>"$out/results.md"

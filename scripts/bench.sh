@@ -174,9 +174,10 @@ sum_first() {
 # ticks of /proc/PID/stat are too coarse for a few hundred doorbells.
 server_cpu_ns() { sum_first "/proc/$server_pid/task/"*/schedstat; }
 
-# rnr_naks: "receiver not ready" NAKs RDMA_DEV's responders have sent so far
-# (a doorbell found the SRQ empty; the writer's NIC retries it), or "-"
-# where the device has no such counter (the pattern then matches nothing).
+# rnr_naks: "receiver not ready" NAKs RDMA_DEV's responders have sent so far,
+# for every QP of the device (a message found the SRQ empty, once per try:
+# the writer's NIC retries it), or "-" where the device has no such counter
+# (the pattern then matches nothing).
 # Not another run's device, made or removed meanwhile: every device's only
 # where RDMA_DEV is unset (RDMA_ADDR given by hand).
 rnr_naks() {

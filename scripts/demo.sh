@@ -119,7 +119,7 @@ client_pid=
 grep -v '^pause ' "$out/client" | tail -n "+$((shown + 1))"
 echo "== the kernel, just after the client's disconnect: the server's QP in"
 echo "   the error state until the server destroys it (at once where the"
-echo "   kernel raises LAST_WQE_REACHED, Linux 6.5 and later; 2 s on 6.1)"
+echo "   kernel raises LAST_WQE_REACHED, as 6.12 does; 2 s on 6.1)"
 kernel_view qp
 until_line "$out/server" '^destroy ' "$server_pid"
 echo "== the kernel, once the server destroyed that QP: nothing of the client"

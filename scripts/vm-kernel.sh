@@ -9,8 +9,8 @@
 # ($KERNEL_CACHE, ~/.cache/rdma-pool-doorbell/kernels), and the package is
 # unpacked there, its modules indexed with depmod.  A second call with the
 # newest version already there only checks.  The kernels differ where the
-# programs must cope: rxe raises IBV_EVENT_QP_LAST_WQE_REACHED since Linux
-# 6.5, which Debian 12's 6.1 never does.
+# programs must cope: rxe on Debian 13's 6.12 raises
+# IBV_EVENT_QP_LAST_WQE_REACHED, which Debian 12's 6.1 never does.
 #   MIRROR  the Debian mirror (default: the one this system's sources use)
 set -euo pipefail
 

@@ -436,9 +436,9 @@ hw_counter() { cat "/sys/class/infiniband/$RDMA_DEV/ports/1/hw_counters/$1" 2>/d
 # The device's counters show that "receiver not ready" really happened
 # (RNR NAKs) and that no retry ran out; afterwards nothing is lost.
 # The clients run at nice 19 (LOAD_NICE). Each spins on its CQ, and on
-# Soft-RoCE the "NIC" is kernel threads (6.1's tasklets run by ksoftirqd,
-# later kernels' workqueue; rxe_task.c) at the same priority as the server:
-# at nice 0, 32 spinning clients leave them a 34th of the VM's two CPUs.
+# Soft-RoCE the "NIC" is the kernel (on 6.1 mostly in the posting call and
+# tasklets, on 6.12 a workqueue's threads) competing with the server: at
+# nice 0, 32 spinning clients leave the server a 34th of the VM's two CPUs.
 # Measured on 6.1: at nice 0 the slowest doorbell took up to 2.9 s, and
 # once in CI a write's retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of
 # 0.27 s); at nice 19, still some RNR NAKs in every run.
