@@ -7,19 +7,25 @@
  * (the SRQ) and its CQ.  The core path, in the order it runs:
  *
  *   main                listen (listen_open); serve, the tick loop; at
- *                       the end, undo it all (verbs_close, each device)
+ *                       the end, close all (conns_end), undo it all
+ *                       (verbs_close, each device)
  *     cm_handle         a client's connect request (on_connect_request; the
  *                       first through a device opens it: verbs_open,
  *                       pool_register, srq_open, recv_post, cq_open; each
  *                       gets a QP on its SRQ, conn_create), or a client
  *                       gone (conn_close)
- *     async_handle      a device's own events: LAST_WQE_REACHED
+ *     async_handle      a device's own events: LAST_WQE_REACHED, or a QP
+ *                       that broke (conn_drop, conn_close)
  *     cq_drain          each completion to on_completion, via conn_find:
- *                       on_request and reply_send, or on_doorbell
+ *                       on_request and reply_send, or on_doorbell; a
+ *                       failed one to on_failure
  *     conns_reap        each closed QP, once conn_quiet: conn_destroy
+ *     conns_watch       each deadline: a close (conn_drop) or a probe
  * What both servers do alike beyond this lesson (options, reports,
  * refusals, deadlines, --isolation) is written once in common/ (server.h
- * lists it): it answers and records, and this file acts on the answers.  The twin rdma_srq_pool_server_ev.c waits for events.
+ * lists it): it answers, records and makes a few calls of its own (a
+ *   probe, a key, a reject), and every close of a connection is here.  The
+ * twin rdma_srq_pool_server_ev.c waits for events.
  */
 #include <endian.h>
 #include <errno.h>
@@ -82,7 +88,7 @@ int main(int argc, char **argv)
 	int err;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	err = parse_options(argc, argv, false, &srv.opt); /* it never sleeps */
+	err = parse_options(argc, argv, false, &srv.opt); /* no CQ to wait on */
 	if (err || srv.opt.help)
 		goto out;
 	err = devices_fit(&srv);
@@ -211,14 +217,14 @@ static int cm_handle(struct server *srv)
 	case RDMA_CM_EVENT_CONNECT_REQUEST: /* the client's CM REQ */
 		err = on_connect_request(srv, id);
 		break;
-	case RDMA_CM_EVENT_ESTABLISHED: /* its RTU */
+	case RDMA_CM_EVENT_ESTABLISHED: /* its RTU, or our COMM_EST notify */
 		conn->established = true;
 		if (!conn->closing) /* a QP number is its device's own */
 			say(&srv->out, "connect qp=0x%" PRIx32 " device=%s\n",
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
-	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or our own */
+	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or the DREP to ours */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
@@ -417,7 +423,6 @@ static int conn_create(struct server *srv, struct device *dev,
 	conn->accepted_at = conn->probed_at = now_seconds(); /* keepalive */
 	conn->next = srv->conns;
 	id->context = srv->conns = conn;
-	srv->nconns++;
 	return 0;
 
 out_destroy_qp:
@@ -511,7 +516,7 @@ static int async_handle(struct server *srv, struct device *dev)
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
 
 /* The heart of the server: the CQ polled until it is empty, each completion
- * a client waiting, or for one SRQ depth of completions at most: a flood
+ * a client waiting, or for about one SRQ depth of completions at most: a flood
  * of them (a NIC can post millions a second) must leave the loop time for
  * the CM, deadlines and signals (dev->cq_more: the next tick goes on).
  * How many, or the first error, once the rest of its batch is handled. */
@@ -578,8 +583,9 @@ static struct conn *conn_find(struct server *srv, struct device *dev,
 }
 
 /* A work request failed, and its QP is in the error state: the connection
- * ends (failure_print() says what failed).  A keepalive probe that failed
- * says why: its peer stopped answering. */
+ * ends (failure_print() says what failed).  A failed keepalive probe closes
+ * it with reason=qp_error: the peer stopped acknowledging, or its QP had
+ * broken. */
 static void on_failure(struct server *srv, struct conn *conn,
 		       const struct ibv_wc *wc)
 {
@@ -706,7 +712,8 @@ static int conns_reap(struct server *srv)
 
 /* Every send of a closing QP has completed, and the device has raised
  * LAST_WQE_REACHED, or, where it never does (rxe on 6.1; 6.12 raises it),
- * CLOSE_TIMEOUT_MS have passed: nothing of it can complete any more. */
+ * CLOSE_TIMEOUT_MS have passed: nothing of it can complete any more.  With
+ * sends still outstanding, CLOSE_GIVE_UP_MS. */
 static bool conn_quiet(const struct conn *conn, double now)
 {
 	double ms = (now - conn->closed_at) * 1000;
@@ -727,7 +734,6 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	if (conn->slice.len)
 		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
 	destroy_print(srv, conn, now);
-	srv->nconns--;
 	srv->nclosing--;
 	rdma_destroy_qp(conn->id);
 	if (rdma_destroy_id(conn->id))

@@ -2,9 +2,11 @@
  * admission.c - who may connect, and on what terms: the listener's address
  * (listener_bind()); each connect request's refusal, if it must be refused
  * (conn_refusal()), and the rejection the client is told (conn_reject());
- * the record of each source whose connections broke (breaks_count()).
+ * the record of each source whose connections broke (breaks_count()); and
+ * whether a connection may have one more reply in flight (reply_room()).
  * Each server's core path calls these, from listen_open(),
- * on_connect_request() and conn_close(); conn_refusal() only answers.
+ * on_connect_request(), conn_close() and reply_send(); conn_refusal()
+ * only answers.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -210,10 +212,14 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
  */
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 {
+	const char *why = NULL;
+
 	if (!device_find(srv, id->verbs)) /* a device not in use yet */
-		return srv->ndevices < MAX_DEVICES
-			       ? device_refusal(srv, id->verbs, false)
-			       : "too-many-devices";
+		why = srv->ndevices < MAX_DEVICES
+			      ? device_refusal(srv, id->verbs, false)
+			      : "too-many-devices";
+	if (why)
+		return why;
 	if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
 		return "source-busy";
 	if (source_penalized(srv, id))
@@ -224,16 +230,17 @@ const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 }
 
 /*
- * Room for a reply: 0, or -ENOBUFS, said.  A connection may have
- * SEND_DEPTH sends in flight: the protocol is request and reply, so a
- * client that asks faster than it takes its replies is disconnected.
+ * Room for a reply: 0, or -ENOBUFS, said.  A reply is posted only while
+ * fewer than SEND_DEPTH sends are in flight: the protocol is request and
+ * reply, so a client that asks faster than it takes its replies is
+ * disconnected.
  */
 int reply_room(const struct conn *conn)
 {
 	if (conn->sending < SEND_DEPTH)
 		return 0;
-	errorf("qp=0x%" PRIx32 " sent more than it takes replies for: %d "
+	errorf("qp=0x%" PRIx32 " sent more than it takes replies for: %u "
 	       "sends in flight (replies, a probe): disconnecting it",
-	       conn->qp_num, SEND_DEPTH);
+	       conn->qp_num, conn->sending);
 	return -ENOBUFS;
 }

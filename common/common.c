@@ -392,8 +392,8 @@ static void devices_hint(void)
  * Registering memory pins its pages in RAM (the NIC may access them at any
  * moment, so they must never be swapped out or moved), and the kernel lets
  * an unprivileged process pin at most RLIMIT_MEMLOCK bytes: past that,
- * ibv_reg_mr() fails with ENOMEM.  Root, or a process with CAP_IPC_LOCK, is
- * exempt, which is why this bites only ordinary users.
+ * ibv_reg_mr() fails with ENOMEM.  A process with CAP_IPC_LOCK (which root
+ * has, but in some containers) is exempt.
  */
 static void memlock_hint(void)
 {

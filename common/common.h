@@ -7,6 +7,7 @@
  *     whether a doorbell's slot holds what it should);
  *   - names for work-completion statuses and asynchronous events (the
  *     loops that poll for them are the lesson, and stay in each program);
+ *   - say(): a report line that never blocks;
  *   - number parsing for command lines, and the three error idioms below.
  *
  * Everything here is plain C over libibverbs types; only devices_check()

@@ -3,8 +3,8 @@
  * connection's next deadline falls and what it asks for (conn_due()); the
  * keepalive probe (probe_send()); a handshake finished by a completion
  * (handshake_finish()).  Each server's conns_watch() asks for each
- * connection and acts: a close, or a probe; its on_completion() finishes
- * a handshake.
+ * connection and acts: a close (named by deadline_name()), or a probe; its
+ * on_completion() and async_handle() finish a handshake.
  */
 #include <errno.h>
 #include <math.h>

@@ -125,9 +125,10 @@ int srq_limit_arm(struct server *srv, struct device *dev)
 /*
  * When a message finds the SRQ empty, our NIC answers "receiver not ready"
  * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
- * rdma_accept() leaves it at 0, which is not "no wait" but the longest,
- * 655 ms.  Only a connected QP takes a shorter one; if it will not, the
- * connection still works, slowly under load: a warning, not an error.
+ * rdma_accept() sets it to 0, which is not "no wait" but the longest,
+ * 655 ms.  Once accepted, the QP takes a shorter one (a change in RTS); if
+ * it will not, the connection still works, slowly under load: a warning,
+ * not an error.
  */
 void rnr_timer_shorten(struct ibv_qp *qp)
 {

@@ -3,8 +3,8 @@
  * the pool to whoever holds it.  Under --isolation mr the pool has no rkey
  * at all (pool_keyless(), from pool_register()), and each client gets the
  * rkey of a region registered over its own slice (slice_key_make(), from
- * on_request()), deregistered when its QP is gone (slice_key_drop(), from
- * conn_destroy()).  Under --isolation none, they do nothing.
+ * on_request()), deregistered once its QP is quiet (slice_key_drop(), from
+ * conn_destroy()).  Under --isolation none, those two do nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -28,7 +28,7 @@ int pool_keyless(struct server *srv, struct device *dev)
  * The region is registered over this slice alone, the only pin of these
  * pages; it lets remote writes in (REMOTE_WRITE needs LOCAL_WRITE) and its
  * rkey is the key.  A region's rkey works from every QP of its PD, and
- * every client's QP is in the server's one PD (the SRQ's): a client that
+ * every client's QP is in its device's one PD (the SRQ's): a client that
  * learns or guesses a neighbour's key can write there.  A wrong guess
  * costs the guesser its connection: the write is refused, which breaks its
  * QP, and the server closes it.  (Memory windows, which could tie a key to
@@ -36,7 +36,7 @@ int pool_keyless(struct server *srv, struct device *dev)
  *
  * If no key can be made, the slice goes back to the pool and the client is
  * denied with the errno of the failure (ENOMEM when the region cannot be
- * pinned: fail() says whether the locked-memory limit is why).
+ * pinned: fail() names the locked-memory limit).
  */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -97,7 +98,7 @@ static int parse_isolation(const char *arg, enum isolation *isolation)
 
 /* Fills opt from the arguments, or says what is wrong and fails; --help
  * prints the usage and sets opt->help.  --busy-poll-us only if busy_poll:
- * the event-driven server sleeps, the polling one never does. */
+ * the event-driven server waits on its CQs, the polling one never does. */
 int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 {
 	struct option longopts[] = {
@@ -116,98 +117,80 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ "busy-poll-us", required_argument, NULL, 'B' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t port = DEFAULT_PORT, size = DEFAULT_POOL_SIZE;
-	uint64_t srq_depth = DEFAULT_SRQ_DEPTH, max_conns = DEFAULT_MAX_CONNS;
-	uint64_t handshake_ms = DEFAULT_HANDSHAKE_MS;
-	uint64_t per_source = DEFAULT_HANDSHAKES_PER_SOURCE;
-	uint64_t breaks = DEFAULT_BREAKS_PER_SOURCE;
-	uint64_t request_ms = DEFAULT_REQUEST_MS;
-	uint64_t keepalive_ms = DEFAULT_KEEPALIVE_MS;
-	uint64_t busy_poll_us = DEFAULT_BUSY_POLL_US;
+	/* The options that take a number: what each is called in a message,
+	 * its bounds, and where it goes. */
+	const struct {
+		int key;
+		const char *what;
+		uint64_t min, max;
+		uint32_t *value;
+	} numbers[] = {
+		{ 'p', "port", 0, UINT16_MAX, &opt->port },
+		{ 'P', "pool size", POOL_CHUNK_SIZE, UINT32_MAX, &opt->pool_size },
+		{ 'S', "SRQ depth", 1, MAX_SRQ_DEPTH, &opt->srq_depth },
+		{ 'C', "connection limit", 1, MAX_MAX_CONNS, &opt->max_conns },
+		{ 'T', "handshake timeout", 1, MAX_DEADLINE_MS,
+		  &opt->handshake_ms },
+		{ 'H', "handshakes per source", 1, MAX_MAX_CONNS,
+		  &opt->handshakes_per_source },
+		{ 'X', "breaks per source", 1, MAX_MAX_CONNS,
+		  &opt->breaks_per_source },
+		{ 'R', "request timeout", 1, MAX_DEADLINE_MS, &opt->request_ms },
+		{ 'K', "keepalive time", 0, MAX_DEADLINE_MS, &opt->keepalive_ms },
+		{ 'B', "busy-poll time", 0, MAX_BUSY_POLL_US,
+		  &opt->busy_poll_us },
+	};
+	size_t i, n = sizeof(numbers) / sizeof(numbers[0]);
+	uint64_t value;
 	int c, err = 0;
 
+	*opt = (struct options){
+		.port = DEFAULT_PORT,
+		.address = "::",
+		.pool_size = DEFAULT_POOL_SIZE,
+		.srq_depth = DEFAULT_SRQ_DEPTH,
+		.max_conns = DEFAULT_MAX_CONNS,
+		.handshake_ms = DEFAULT_HANDSHAKE_MS,
+		.request_ms = DEFAULT_REQUEST_MS,
+		.keepalive_ms = DEFAULT_KEEPALIVE_MS,
+		.handshakes_per_source = DEFAULT_HANDSHAKES_PER_SOURCE,
+		.breaks_per_source = DEFAULT_BREAKS_PER_SOURCE,
+		.busy_poll_us = DEFAULT_BUSY_POLL_US,
+	};
 	if (!busy_poll) /* the table ends before it, the last */
 		longopts[sizeof(longopts) / sizeof(longopts[0]) - 2] =
 			(struct option){ NULL, 0, NULL, 0 };
-	opt->address = "::";
-	while ((c = getopt_long(argc, argv, "p:a:h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'a':
+	while (!err &&
+	       (c = getopt_long(argc, argv, "p:a:h", longopts, NULL)) != -1) {
+		for (i = 0; i < n && numbers[i].key != c; i++)
+			;
+		if (i < n) {
+			err = parse_number(numbers[i].what, optarg,
+					   numbers[i].min, numbers[i].max,
+					   &value);
+			if (!err)
+				*numbers[i].value = (uint32_t)value;
+		} else if (c == 'a') {
 			opt->address = optarg;
-			break;
-		case 'p':
-			err = parse_number("port", optarg, 0, UINT16_MAX,
-					   &port);
-			break;
-		case 'P':
-			err = parse_number("pool size", optarg, POOL_CHUNK_SIZE,
-					   UINT32_MAX, &size);
-			if (!err && size % POOL_CHUNK_SIZE) {
-				errorf("bad pool size '%s': want a multiple "
-				       "of %d",
-				       optarg, POOL_CHUNK_SIZE);
-				err = -EINVAL;
-			}
-			break;
-		case 'S':
-			err = parse_number("SRQ depth", optarg, 1,
-					   MAX_SRQ_DEPTH, &srq_depth);
-			break;
-		case 'C':
-			err = parse_number("connection limit", optarg, 1,
-					   MAX_MAX_CONNS, &max_conns);
-			break;
-		case 'I':
+		} else if (c == 'I') {
 			err = parse_isolation(optarg, &opt->isolation);
-			break;
-		case 'T':
-			err = parse_number("handshake timeout", optarg, 1,
-					   MAX_DEADLINE_MS, &handshake_ms);
-			break;
-		case 'H':
-			err = parse_number("handshakes per source", optarg, 1,
-					   MAX_MAX_CONNS, &per_source);
-			break;
-		case 'X':
-			err = parse_number("breaks per source", optarg, 1,
-					   MAX_MAX_CONNS, &breaks);
-			break;
-		case 'R':
-			err = parse_number("request timeout", optarg, 1,
-					   MAX_DEADLINE_MS, &request_ms);
-			break;
-		case 'K':
-			err = parse_number("keepalive time", optarg, 0,
-					   MAX_DEADLINE_MS, &keepalive_ms);
-			break;
-		case 'B':
-			err = parse_number("busy-poll time", optarg, 0,
-					   MAX_BUSY_POLL_US, &busy_poll_us);
-			break;
-		case 'h':
+		} else if (c == 'h') {
 			opt->help = true;
 			usage(stdout, busy_poll);
 			return 0;
-		default:
+		} else {
 			usage(stderr, busy_poll);
 			return -EINVAL;
 		}
-		if (err)
-			return err;
 	}
-	if (optind < argc) {
+	if (!err && opt->pool_size % POOL_CHUNK_SIZE) {
+		errorf("bad pool size '%" PRIu32 "': want a multiple of %d",
+		       opt->pool_size, POOL_CHUNK_SIZE);
+		err = -EINVAL;
+	}
+	if (!err && optind < argc) {
 		errorf("unexpected argument '%s'", argv[optind]);
-		return -EINVAL;
+		err = -EINVAL;
 	}
-	opt->port = (uint16_t)port;
-	opt->pool_size = (uint32_t)size;
-	opt->srq_depth = (uint32_t)srq_depth;
-	opt->max_conns = (uint32_t)max_conns;
-	opt->handshake_ms = (uint32_t)handshake_ms;
-	opt->handshakes_per_source = (uint32_t)per_source;
-	opt->breaks_per_source = (uint32_t)breaks;
-	opt->request_ms = (uint32_t)request_ms;
-	opt->keepalive_ms = (uint32_t)keepalive_ms;
-	opt->busy_poll_us = (uint32_t)busy_poll_us;
-	return 0;
+	return err;
 }

@@ -1,8 +1,9 @@
 /*
- * reports.c - the servers' signals, and every line they print: what is in
- * use, each grant and doorbell, each failure, event, close and destroy,
- * and the last words.  Each server's core path calls these where the thing
- * reported happens; they print, count lines, and change nothing else.
+ * reports.c - the servers' signals, and the lines of a connection's life:
+ * what is in use, each grant and doorbell, each failure, event, close and
+ * destroy, and the last words.  Each server's core path calls these where
+ * the thing reported happens; they print, and count what they print about
+ * (lines dropped, sends abandoned).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -157,11 +158,10 @@ void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 }
 
 /*
- * A work request failed, and its QP is now in the error state; only
- * wr_id, status and qp_num are set (not opcode).  A flush
- * (IBV_WC_WR_FLUSH_ERR) is only the echo of an error state reported
- * before, or of a close: not said.  Nor is a completion of no connection
- * of ours, but that it came.
+ * A work request failed, and its QP is now in the error state, or a
+ * completion came for no QP of ours; only wr_id, status and qp_num are set
+ * (not opcode).  A flush (IBV_WC_WR_FLUSH_ERR) only follows an error state
+ * (a close, or a break the close line reports): not said.
  */
 void failure_print(const struct conn *conn, const struct ibv_wc *wc)
 {
@@ -182,7 +182,8 @@ void failure_print(const struct conn *conn, const struct ibv_wc *wc)
 		       wc_status_name(wc->status));
 }
 
-/* An asynchronous event, named: with its QP's number if it has one; why
+/* An asynchronous event, named: with its QP's number for a QP's error or
+ * COMM_EST; why
  * the server stops, if it does (a CQ, an SRQ or a device that broke).
  * LAST_WQE_REACHED, the last event of every QP that closes on a kernel
  * that raises it, is not said. */
@@ -221,7 +222,8 @@ void close_print(struct server *srv, const struct conn *conn,
 }
 
 /*
- * A QP is gone, its slice back; what ended the wait (conn_quiet()).  A
+ * A QP is being destroyed, its slice back; what ended the wait
+ * (conn_quiet()).  A
  * send still outstanding then was abandoned (a device that flushes
  * nothing: never seen): counted, and said.  Its completion, should one
  * come after all, finds no connection: rxe gives a QP number again only

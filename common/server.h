@@ -3,15 +3,16 @@
  * paths, written once in common/ by topic:
  *
  *   options.c    the command line
- *   reports.c    signals, and every line a server prints
+ *   reports.c    signals, and the lines of a connection's life
  *   admission.c  the listener; who may connect: refusals, records per source
  *   device.c     what a device can take; its SRQ's limit, each QP's RNR wait
  *   deadlines.c  the handshake and request deadlines, keepalive probes
  *   keys.c       --isolation mr: a region, and its key, per slice
  *
- * The machinery answers and records; it never closes a connection, polls a
- * CQ or calls into a server.  Each server acts on the answers in its own
- * file, where every way a connection ends can be read.
+ * The machinery answers, records, and makes a few calls of its own (a
+ * probe, a key, a reject); it never closes a connection, polls a CQ or
+ * calls into a server.  Each server acts on the answers in its own file,
+ * where every way a connection ends can be read.
  */
 #ifndef RDMA_POOL_SERVER_H
 #define RDMA_POOL_SERVER_H
@@ -20,9 +21,9 @@
 
 #include "common/common.h"
 
-/* Sends in flight per connection before a reply is posted (replies and a
- * keepalive probe both count); its send queue has room for one more, a
- * probe posted whatever the count (conns_watch()). */
+/* A reply is posted only while fewer than SEND_DEPTH sends are in flight
+ * on its connection (replies and a keepalive probe count); its send queue
+ * has room for one more, a probe posted whatever the count. */
 #define SEND_DEPTH 8
 #define SQ_DEPTH (SEND_DEPTH + 1)
 /* wr_id is ours, handed back in the completion, failed or not: what the
@@ -44,7 +45,7 @@ enum isolation {
 };
 
 struct options {
-	uint16_t port;
+	uint32_t port;
 	const char *address; /* -a, or "::": listener_bind() */
 	uint32_t pool_size, srq_depth, max_conns;
 	uint32_t handshake_ms, request_ms, keepalive_ms;   /* conn_due() */
@@ -61,9 +62,10 @@ struct conn {
 	struct slice slice;   /* this client's part of the pool */
 	unsigned int sending; /* sends posted, not yet completed */
 	bool closing, last_wqe, established, requested, probing;
-	double accepted_at, probed_at, closed_at; /* conn_due() ... */
-	bool quiet;	      /* nothing more of it can reach the CQ ... */
-	uint64_t cq_mark;     /* ... and what could is out after this poll */
+	double accepted_at, probed_at; /* conn_due() */
+	double closed_at;	       /* conn_quiet() */
+	bool quiet;	  /* nothing more of it can reach the CQ ... */
+	uint64_t cq_mark; /* ... and what did is out once dev->polled is this */
 	struct ibv_mr *slice_mr; /* --isolation mr: slice_key_make() */
 	double said_at;	       /* doorbell_print(): this second's start, */
 	uint32_t said, unsaid; /* the MISMATCH lines said in it, the rest */
@@ -84,7 +86,7 @@ struct breaks {
  * (verbs_open()); they are kept until the server ends.  A QP can use only
  * what was made on its own device, so every device has its own. */
 struct device {
-	struct ibv_context *verbs; /* rdma_cm's, opened for every device */
+	struct ibv_context *verbs; /* librdmacm's: one a device, for its ids */
 	struct ibv_pd *pd;
 	struct pool pool; /* --pool-size of this device's own */
 	uint8_t *pool_mem, *recv_bufs;
@@ -118,7 +120,7 @@ struct server {
 	unsigned int ndevices;
 	struct conn *conns;
 	struct breaks breaks[BREAK_SOURCES];
-	unsigned int nconns, nclosing; /* in conns; of them closing */
+	unsigned int nclosing; /* connections closing */
 	uint64_t sends_abandoned;
 	int sigfd, stopped_by; /* signals; the one that ended serve() */
 	struct outlet out;     /* say(): reports that never block */

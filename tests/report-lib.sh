@@ -66,10 +66,7 @@ skip() {
 # not_here NAME WHY: NAME tests what this machine has not got (a KVM probe
 # where there is no KVM): skipped, under CI too, as a test that does not
 # apply, not one that cannot run.
-not_here() {
-	reported+="$report_prefix$1 "
-	echo "ok - $report_prefix$1 # SKIP does not apply here: $2"
-}
+not_here() { report ok "$1 # SKIP does not apply here: $2"; }
 
 # needs_root NAME WHY: true as root, else skips NAME ("needs root, to WHY").
 needs_root() {

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,6 +432,59 @@ static void test_conn_due(void)
 	EXPECT(due.what == DEADLINE_NONE && isinf(due.at));
 }
 
+/*
+ * Who may connect through a device in use: not a fourth connection of an
+ * address with three in their handshake (--handshakes-per-source 3), nor
+ * an address whose connections broke too often this minute, nor anyone
+ * once --max-conns can still send; and no one through a device more than
+ * MAX_DEVICES.  (A device not in use yet is asked for its limits first,
+ * which needs a real one: the end-to-end tests.)
+ */
+static void test_conn_refusal(void)
+{
+	static struct server srv;
+	struct ibv_context *verbs = (struct ibv_context *)&srv; /* a name */
+	struct rdma_cm_id ids[4] = { 0 }, other = { .verbs = verbs };
+	struct conn conns[3] = { 0 };
+
+	srv.opt = (struct options){ .handshakes_per_source = 3,
+				    .breaks_per_source = 1, .max_conns = 4 };
+	srv.devices[0].verbs = verbs;
+	srv.ndevices = 1;
+	for (int i = 0; i < 4; i++) {
+		ids[i].verbs = verbs;
+		ids[i].route.addr.dst_sin.sin_family = AF_INET;
+		ids[i].route.addr.dst_sin.sin_addr.s_addr = htonl(0xc6120002);
+	}
+	other.route.addr.dst_sin.sin_family = AF_INET;
+	other.route.addr.dst_sin.sin_addr.s_addr = htonl(0xc6120003);
+	EXPECT(conn_refusal(&srv, &ids[3]) == NULL);
+	for (int i = 0; i < 3; i++) { /* three handshakes from one address */
+		conns[i] = (struct conn){ .id = &ids[i], .next = srv.conns };
+		srv.conns = &conns[i];
+	}
+	EXPECT(conn_refusal(&srv, &ids[3]) &&
+	       !strcmp(conn_refusal(&srv, &ids[3]), "source-busy"));
+	EXPECT(conn_refusal(&srv, &other) == NULL);
+	for (int i = 0; i < 3; i++)
+		conns[i].established = true;
+	EXPECT(conn_refusal(&srv, &ids[3]) == NULL);
+	srv.breaks[0] = (struct breaks){ .since = now_seconds(), .n = 1 };
+	memcpy(&srv.breaks[0].from, &ids[0].route.addr.dst_storage,
+	       sizeof(srv.breaks[0].from));
+	EXPECT(conn_refusal(&srv, &ids[3]) &&
+	       !strcmp(conn_refusal(&srv, &ids[3]), "source-penalized"));
+	srv.opt.max_conns = 3;
+	EXPECT(conn_refusal(&srv, &other) &&
+	       !strcmp(conn_refusal(&srv, &other), "server-full"));
+	conns[0].closing = true; /* all its sends completed: a place again */
+	EXPECT(conn_refusal(&srv, &other) == NULL);
+	srv.ndevices = MAX_DEVICES;
+	other.verbs = (struct ibv_context *)&other; /* a device not in use */
+	EXPECT(conn_refusal(&srv, &other) &&
+	       !strcmp(conn_refusal(&srv, &other), "too-many-devices"));
+}
+
 /* A client may have SEND_DEPTH sends in flight, and no more. */
 static void test_reply_room(void)
 {
@@ -463,6 +517,7 @@ static const struct unit_test tests[] = {
 	{ "say_never_blocks", test_say_never_blocks },
 	{ "parse_options", test_parse_options },
 	{ "conn_due", test_conn_due },
+	{ "conn_refusal", test_conn_refusal },
 	{ "reply_room", test_reply_room },
 };
 
