@@ -5,29 +5,25 @@
  * until the connection manager (CM), or a device's completion queue (CQ)
  * or its own events, have news.  The core path, in the order it runs:
  *
- *   main                listen (listen_open); serve, the event loop, which
- *                       sleeps as long as poll_timeout says; at the end,
- *                       close all (conns_end), undo it all (verbs_close)
- *     cm_handle         a client's connect request (on_connect_request; the
- *                       first through a device opens it: verbs_open,
- *                       pool_register, srq_open, recv_post, cq_open,
- *                       replies_open; each a QP, conn_create), or a
- *                       client gone (conn_close)
- *     async_handle      a device's own events: LAST_WQE_REACHED, or a QP
- *                       that broke (conn_drop, conn_close)
- *     cq_event          get the CQ's event, ack it, drain the CQ, re-arm it,
- *                       or poll on (spin_on)
- *     cq_drain          each completion to on_completion, via conn_find:
- *                       on_request, reply_send, reply_buffer_take and
- *                       reply_buffer_put, or on_doorbell; a failed one to
- *                       on_failure
- *     conns_reap        each closed QP, once conn_quiet: conn_destroy
- *     conns_watch       each deadline: a close (conn_drop) or a probe
- * What both servers do alike beyond this lesson (options, reports,
- * refusals, deadlines, --isolation) is written once in common/ (server.h
- * lists it): it answers, records and makes a few calls of its own (a
- *   probe, a key, a reject), and every close of a connection is here.  The
- * twin rdma_pool_server.c polls on a tick.
+ *   main          listen_open; serve, the event loop, which sleeps as long
+ *                 as poll_timeout says; at the end, close all (conns_end)
+ *                 and undo it all (verbs_close, each device)
+ *   cm_handle     a connect request (on_connect_request; the first through
+ *                 a device opens it: verbs_open, pool_register, srq_open,
+ *                 recv_post, cq_open, replies_open; each gets a QP,
+ *                 conn_create), or a client gone (conn_close)
+ *   async_handle  a device's events: LAST_WQE_REACHED, a QP that broke
+ *   cq_event      get the CQ's event, ack it, drain the CQ, re-arm it, or
+ *                 poll on (spin_on)
+ *   cq_drain      each completion to on_completion (conn_find): on_request
+ *                 and reply_send (reply_buffer_take, reply_buffer_put),
+ *                 on_doorbell, or a failure (conn_drop)
+ *   conns_reap    each closed QP, once conn_quiet: conn_destroy
+ *   conns_watch   each deadline: a close (conn_drop) or a keepalive probe
+ * common/ (server.h lists it) holds what both servers do alike beyond this
+ * lesson; it answers, records and makes a few calls of its own (a probe, a
+ * key, a reject), and every close of a connection is here.  The twin
+ * rdma_pool_server.c polls on a tick.
  */
 #include <endian.h>
 #include <errno.h>
@@ -42,8 +38,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <rdma/rdma_cma.h>
 
 #include "common/server.h"
 
@@ -74,8 +68,6 @@ static int on_completion(struct server *srv, struct device *dev,
 			 const struct ibv_wc *wc);
 static struct conn *conn_find(struct server *srv, struct device *dev,
 			      uint32_t qp_num);
-static void on_failure(struct server *srv, struct conn *conn,
-		       const struct ibv_wc *wc);
 static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len);
 static void reply_send(struct server *srv, struct conn *conn,
@@ -570,18 +562,14 @@ static int async_handle(struct server *srv, struct device *dev)
 	switch (event.event_type) {
 	case IBV_EVENT_QP_LAST_WQE_REACHED: /* in ERR, it takes no more of the
 					     * SRQ's receives: conn_quiet() */
-		conn = conn_find(srv, dev, qp->qp_num);
-		if (conn && !conn->closing) /* it broke: a bad write, say */
-			conn_drop(srv, conn, "qp_error");
-		if (conn)
-			conn->last_wqe = true;
-		break;
-	case IBV_EVENT_QP_FATAL: /* it broke, and the device says so */
+	case IBV_EVENT_QP_FATAL: /* it broke (a bad write, say) if still open */
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
 		conn = conn_find(srv, dev, qp->qp_num);
 		if (conn)
-			conn_close(srv, conn);
+			conn_drop(srv, conn, "qp_error");
+		if (conn && event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED)
+			conn->last_wqe = true;
 		break;
 	case IBV_EVENT_COMM_EST: /* it receives before its RTU came */
 		conn = conn_find(srv, dev, qp->qp_num);
@@ -630,16 +618,13 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 }
 
 /*
- * Hybrid polling: after a wake-up, keep polling the CQ unarmed, serve()
- * calling cq_event() again at once, until no completion has come for
- * --busy-poll-us.  The budget must outlast the gap between one client's
- * doorbells, a round trip when it waits for each (40 to 100 us on
- * Soft-RoCE in the VM), or the server falls asleep between them and gains
- * nothing: docs/performance.md has the curve.  A pass that stopped at its
- * bound (cq_drain()) keeps it polling too, whatever the budget: the CQ
- * stays unarmed until a pass finds it empty, so a drain elsewhere that
- * empties it must not let the server sleep on a CQ that raises nothing.
- * Whether to poll on, in dev->spinning.
+ * Hybrid polling: after a wake-up, keep polling the CQ unarmed (serve()
+ * calls cq_event() again at once) until no completion has come for
+ * --busy-poll-us, which must outlast the gap between one client's
+ * doorbells, or the server sleeps between them and gains nothing
+ * (docs/performance.md).  A pass that stopped at its bound keeps it
+ * polling too: an unarmed CQ raises no event, and it is re-armed only once
+ * a pass finds it empty.  Whether to poll on, in dev->spinning.
  */
 static void spin_on(struct server *srv, struct device *dev, int completions)
 {
@@ -678,7 +663,8 @@ static int cq_drain(struct server *srv, struct device *dev)
 	return total;
 }
 
-/* One completion; a receive's buffer goes back whatever it brought.  A
+/* One completion; a receive's buffer goes back whatever it brought; a
+ * failed one ends its connection (failure_print() says what failed).  A
  * doorbell counts even once its connection is closing: a receive completes
  * successfully only before its QP enters the error state, so it landed
  * before the QP broke (whose event may have been handled first). */
@@ -690,13 +676,16 @@ static int on_completion(struct server *srv, struct device *dev,
 
 	if (conn && !wc->status && !conn->established)
 		handshake_finish(conn); /* it sends: its RTU may be lost */
-	if (!conn || wc->status)
-		on_failure(srv, conn, wc); /* a work request failed */
-	else if (!conn->closing && wc->opcode == IBV_WC_RECV) /* a SEND */
+	if (!conn || wc->status) { /* failed: its QP is in the error state */
+		failure_print(conn, wc);
+		if (conn)
+			conn_drop(srv, conn, "qp_error");
+	} else if (!conn->closing && wc->opcode == IBV_WC_RECV) { /* a SEND */
 		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
-	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+	} else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		on_doorbell(srv, conn, be32toh(wc->imm_data));
+	}
 
 	if (WRID_KIND(wc->wr_id) == WRID_RECV) {
 		dev->recvs_posted--;
@@ -720,20 +709,6 @@ static struct conn *conn_find(struct server *srv, struct device *dev,
 		if (conn->qp_num == qp_num && conn->dev == dev)
 			return conn;
 	return NULL;
-}
-
-/* A work request failed, and its QP is in the error state: the connection
- * ends (failure_print() says what failed).  A failed keepalive probe closes
- * it with reason=qp_error: the peer stopped acknowledging, or its QP had
- * broken. */
-static void on_failure(struct server *srv, struct conn *conn,
-		       const struct ibv_wc *wc)
-{
-	failure_print(conn, wc);
-	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE)
-		conn_drop(srv, conn, "qp_error");
-	else if (conn)
-		conn_close(srv, conn);
 }
 
 /* A control message arrived: answer it with one RESP_ALLOC. */
@@ -934,11 +909,9 @@ static double conns_watch(struct server *srv)
 	return next;
 }
 
-/*
- * At the end: close every connection, then take events and completions
- * until each QP is quiet and destroyed (CLOSE_TIMEOUT_MS at most, unless
- * sends are still outstanding); after a signal, a last count.
- */
+/* At the end: close every connection, then take events and completions
+ * until each QP is quiet and destroyed (conn_quiet()); after a signal, a
+ * last count. */
 static int conns_end(struct server *srv)
 {
 	const struct timespec pause = { .tv_nsec = 1000000 };
