@@ -12,17 +12,20 @@
  *                 a device opens it: verbs_open, pool_register, srq_open,
  *                 recv_post, cq_open, replies_open; each gets a QP,
  *                 conn_create), or a client gone (conn_close)
- *   async_handle  a device's events: LAST_WQE_REACHED, a QP that broke
+ *   async_handle  a device's events: a QP that broke (conn_drop),
+ *                 LAST_WQE_REACHED, COMM_EST; a broken CQ, SRQ or device
+ *                 stops the server
  *   cq_event      get the CQ's event, ack it, drain the CQ, re-arm it, or
  *                 poll on (spin_on)
  *   cq_drain      each completion to on_completion (conn_find): on_request
- *                 and reply_send (reply_buffer_take, reply_buffer_put),
- *                 on_doorbell, or a failure (conn_drop)
+ *                 and reply_send (reply_buffer_take, reply_buffer_put;
+ *                 conn_close for a client that asks faster than it takes
+ *                 replies), on_doorbell, or a failure (conn_drop)
  *   conns_reap    each closed QP, once conn_quiet: conn_destroy
  *   conns_watch   each deadline: a close (conn_drop) or a keepalive probe
  * common/ (server.h lists it) holds what both servers do alike beyond this
- * lesson; it answers, records and makes a few calls of its own (a probe, a
- * key, a reject), and every close of a connection is here.  The twin
+ * lesson: it answers, records and makes calls of its own (the listener's
+ * bind, a probe, a key, a reject...); every close is in this file.  The twin
  * rdma_pool_server.c polls on a tick.
  */
 #include <endian.h>
@@ -234,7 +237,8 @@ static void stats_print(struct server *srv, int signo)
 
 	for (unsigned int i = 0; i < srv->ndevices; i++) {
 		free_all += srv->devices[i].nsend_free;
-		snprintf(tail, sizeof(tail), " replies_free=%" PRIu32 "/%" PRIu32,
+		snprintf(tail, sizeof(tail),
+			 " replies_free=%" PRIu32 "/%" PRIu32,
 			 srv->devices[i].nsend_free, each);
 		stats_line(srv, signo, &srv->devices[i], tail);
 	}
@@ -271,7 +275,7 @@ static int cm_handle(struct server *srv)
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
-	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or the DREP to ours */
+	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or ours answered or not */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
@@ -538,8 +542,7 @@ static void conn_close(struct server *srv, struct conn *conn)
 }
 
 /* The server ends a connection itself, and says why. */
-static void conn_drop(struct server *srv, struct conn *conn,
-		      const char *reason)
+static void conn_drop(struct server *srv, struct conn *conn, const char *reason)
 {
 	if (!conn->closing)
 		close_print(srv, conn, reason);
@@ -664,7 +667,8 @@ static int cq_drain(struct server *srv, struct device *dev)
 }
 
 /* One completion; a receive's buffer goes back whatever it brought; a
- * failed one ends its connection (failure_print() says what failed).  A
+ * failed one ends its connection (failure_print() says what failed, a
+ * flush aside).  A
  * doorbell counts even once its connection is closing: a receive completes
  * successfully only before its QP enters the error state, so it landed
  * before the QP broke (whose event may have been handled first). */
@@ -676,7 +680,7 @@ static int on_completion(struct server *srv, struct device *dev,
 
 	if (conn && !wc->status && !conn->established)
 		handshake_finish(conn); /* it sends: its RTU may be lost */
-	if (!conn || wc->status) { /* failed: its QP is in the error state */
+	if (!conn || wc->status) { /* failed (its QP is in ERR), or not ours */
 		failure_print(conn, wc);
 		if (conn)
 			conn_drop(srv, conn, "qp_error");
@@ -693,8 +697,8 @@ static int on_completion(struct server *srv, struct device *dev,
 	}
 	if (conn) /* a reply or a keepalive probe: one send fewer */
 		conn->sending--;
-	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE)
-		conn->probing = false; /* answered */
+	if (conn && WRID_KIND(wc->wr_id) == WRID_PROBE) /* answered */
+		conn->probing = false;
 	if (WRID_KIND(wc->wr_id) == WRID_SEND) /* its buffer was read */
 		reply_buffer_put(conn, wc->wr_id);
 	return 0;
@@ -844,7 +848,8 @@ static int conns_reap(struct server *srv)
 			conn->quiet = true;
 			conn->cq_mark = dev->polled + (uint64_t)dev->cq->cqe;
 		}
-		if (!conn->quiet || (dev->cq_more && dev->polled < conn->cq_mark)) {
+		if (!conn->quiet ||
+		    (dev->cq_more && dev->polled < conn->cq_mark)) {
 			link = &conn->next;
 			continue;
 		}
@@ -877,7 +882,8 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 
 	if (conn->slice.len)
 		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
-	for (uint32_t i = 0; conn->sending && i < srv->opt.max_conns * SEND_DEPTH;
+	for (uint32_t i = 0;
+	     conn->sending && i < srv->opt.max_conns * SEND_DEPTH;
 	     i++) /* sends abandoned: their buffers are free again */
 		reply_buffer_put(conn, WRID_SEND | i);
 	destroy_print(srv, conn, now);

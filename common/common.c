@@ -393,7 +393,7 @@ static void devices_hint(void)
  * moment, so they must never be swapped out or moved), and the kernel lets
  * an unprivileged process pin at most RLIMIT_MEMLOCK bytes: past that,
  * ibv_reg_mr() fails with ENOMEM.  A process with CAP_IPC_LOCK (which root
- * has, but in some containers) is exempt.
+ * has, unless a container drops it) is exempt.
  */
 static void memlock_hint(void)
 {

@@ -36,10 +36,12 @@ struct due conn_due(const struct options *opt, const struct conn *conn)
 		return (struct due){ DEADLINE_NONE, INFINITY };
 	if (!conn->established)
 		return (struct due){ DEADLINE_HANDSHAKE,
-				     conn->accepted_at + opt->handshake_ms / 1e3 };
+				     conn->accepted_at +
+					     opt->handshake_ms / 1e3 };
 	if (!conn->requested)
 		return (struct due){ DEADLINE_REQUEST,
-				     conn->accepted_at + opt->request_ms / 1e3 };
+				     conn->accepted_at +
+					     opt->request_ms / 1e3 };
 	if (!keepalive)
 		return (struct due){ DEADLINE_NONE, INFINITY };
 	return (struct due){ conn->probing ? DEADLINE_SILENT : DEADLINE_PROBE,

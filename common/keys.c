@@ -36,17 +36,16 @@ int pool_keyless(struct server *srv, struct device *dev)
  *
  * If no key can be made, the slice goes back to the pool and the client is
  * denied with the errno of the failure (ENOMEM when the region cannot be
- * pinned: fail() names the locked-memory limit).
+ * pinned: fail() names the locked-memory limit, if there is one).
  */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
 	if (srv->opt.isolation == ISOLATION_NONE)
 		return 0;
-	conn->slice_mr = ibv_reg_mr(conn->dev->pd,
-				    conn->dev->pool_mem + conn->slice.off,
-				    conn->slice.len,
-				    IBV_ACCESS_LOCAL_WRITE |
-					    IBV_ACCESS_REMOTE_WRITE);
+	conn->slice_mr =
+		ibv_reg_mr(conn->dev->pd, conn->dev->pool_mem + conn->slice.off,
+			   conn->slice.len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!conn->slice_mr) {
 		int err = fail("ibv_reg_mr(slice)", errno);
 

@@ -126,7 +126,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		uint32_t *value;
 	} numbers[] = {
 		{ 'p', "port", 0, UINT16_MAX, &opt->port },
-		{ 'P', "pool size", POOL_CHUNK_SIZE, UINT32_MAX, &opt->pool_size },
+		{ 'P', "pool size", POOL_CHUNK_SIZE, UINT32_MAX,
+		  &opt->pool_size },
 		{ 'S', "SRQ depth", 1, MAX_SRQ_DEPTH, &opt->srq_depth },
 		{ 'C', "connection limit", 1, MAX_MAX_CONNS, &opt->max_conns },
 		{ 'T', "handshake timeout", 1, MAX_DEADLINE_MS,
@@ -135,8 +136,10 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		  &opt->handshakes_per_source },
 		{ 'X', "breaks per source", 1, MAX_MAX_CONNS,
 		  &opt->breaks_per_source },
-		{ 'R', "request timeout", 1, MAX_DEADLINE_MS, &opt->request_ms },
-		{ 'K', "keepalive time", 0, MAX_DEADLINE_MS, &opt->keepalive_ms },
+		{ 'R', "request timeout", 1, MAX_DEADLINE_MS,
+		  &opt->request_ms },
+		{ 'K', "keepalive time", 0, MAX_DEADLINE_MS,
+		  &opt->keepalive_ms },
 		{ 'B', "busy-poll time", 0, MAX_BUSY_POLL_US,
 		  &opt->busy_poll_us },
 	};

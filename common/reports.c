@@ -3,7 +3,7 @@
  * what is in use, each grant and doorbell, each failure, event, close and
  * destroy, and the last words.  Each server's core path calls these where
  * the thing reported happens; they print, and count what they print about
- * (lines dropped, sends abandoned).
+ * (MISMATCH lines held back, sends abandoned).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -9,10 +9,10 @@
  *   deadlines.c  the handshake and request deadlines, keepalive probes
  *   keys.c       --isolation mr: a region, and its key, per slice
  *
- * The machinery answers, records, and makes a few calls of its own (a
- * probe, a key, a reject); it never closes a connection, polls a CQ or
- * calls into a server.  Each server acts on the answers in its own file,
- * where every way a connection ends can be read.
+ * The machinery answers, records, and makes calls of its own (the
+ * listener's bind, a probe, a key, a reject...); it never closes a
+ * connection, polls a CQ or calls into a server.  Each server acts on the
+ * answers in its own file, where every way a connection ends can be read.
  */
 #ifndef RDMA_POOL_SERVER_H
 #define RDMA_POOL_SERVER_H
@@ -67,8 +67,8 @@ struct conn {
 	bool quiet;	  /* nothing more of it can reach the CQ ... */
 	uint64_t cq_mark; /* ... and what did is out once dev->polled is this */
 	struct ibv_mr *slice_mr; /* --isolation mr: slice_key_make() */
-	double said_at;	       /* doorbell_print(): this second's start, */
-	uint32_t said, unsaid; /* the MISMATCH lines said in it, the rest */
+	double said_at;		 /* doorbell_print(): this second's start, */
+	uint32_t said, unsaid;	 /* the MISMATCH lines said in it, the rest */
 	struct conn *next;
 };
 

@@ -8,7 +8,7 @@
 #   not ok - NAME: WHY [Ns]    a test failed, and why
 #   ok - NAME # SKIP WHY       it cannot run for this user; under CI (CI
 #                              set), where everything runs as root, a failure
-#   ok - NAME # SKIP does not apply here: WHY
+#   ok - NAME # SKIP does not apply here: WHY [Ns]
 #                              its subject is not on this machine (not_here)
 # The consumer counts: a stage that stops early, or reports another number
 # of tests than its plan, fails there.  A stage sets report_stage (its name

@@ -407,7 +407,8 @@ static void test_parse_options(void)
  * connection whose probe is unanswered when the next one is due. */
 static void test_conn_due(void)
 {
-	struct options opt = { .handshake_ms = 5000, .request_ms = 10000,
+	struct options opt = { .handshake_ms = 5000,
+			       .request_ms = 10000,
 			       .keepalive_ms = 2000 };
 	struct conn conn = { .accepted_at = 100, .probed_at = 100 };
 	struct due due = conn_due(&opt, &conn);
@@ -448,7 +449,8 @@ static void test_conn_refusal(void)
 	struct conn conns[3] = { 0 };
 
 	srv.opt = (struct options){ .handshakes_per_source = 3,
-				    .breaks_per_source = 1, .max_conns = 4 };
+				    .breaks_per_source = 1,
+				    .max_conns = 4 };
 	srv.devices[0].verbs = verbs;
 	srv.ndevices = 1;
 	for (int i = 0; i < 4; i++) {
