@@ -6,24 +6,20 @@
  * own; the clients of one RDMA device share its pool, its receive queue
  * (the SRQ) and its CQ.  The core path, in the order it runs:
  *
- *   main          listen_open; serve, the tick loop; at the end, close all
- *                 (conns_end) and undo it all (verbs_close, each device)
- *   cm_handle     a connect request (on_connect_request; the first through
- *                 a device opens it: verbs_open, pool_register, srq_open,
- *                 recv_post, cq_open; each gets a QP, conn_create), or a
- *                 client gone (conn_close)
- *   async_handle  a device's events: a QP that broke (conn_drop),
- *                 LAST_WQE_REACHED, COMM_EST; a broken CQ, SRQ or device
- *                 stops the server
- *   cq_drain      each completion to on_completion (conn_find): on_request
- *                 and reply_send (conn_close for a client that asks faster
- *                 than it takes replies), on_doorbell, or a failure
- *                 (conn_drop)
- *   conns_reap    each closed QP, once conn_quiet: conn_destroy
- *   conns_watch   each deadline: a close (conn_drop) or a keepalive probe
+ *   main          listen_open; serve, the tick loop; at the end, conns_end
+ *                 and verbs_close for each device
+ *   cm_handle     a connect request (the first through a device opens it:
+ *                 verbs_open; each gets a QP: conn_create), or a client
+ *                 gone (conn_close)
+ *   async_handle  a device's events: a QP that broke (conn_close),
+ *                 LAST_WQE_REACHED, COMM_EST
+ *   cq_drain      each completion: on_request and reply_send, on_doorbell,
+ *                 or a failure (conn_close)
+ *   conns_walk    each connection, once a turn: at a deadline, a close or
+ *                 a keepalive probe; once closed and conn_quiet,
+ *                 conn_destroy
  * common/ (server.h lists it) holds what both servers do alike beyond this
- * lesson: it answers, records and makes calls of its own (the listener's
- * bind, a probe, a key, a reject...); every close is in this file.  The twin
+ * lesson, and closes no connection: every close is in this file.  The twin
  * rdma_srq_pool_server_ev.c waits for events.
  */
 #include <endian.h>
@@ -55,9 +51,8 @@ static int recv_post(struct device *dev, uint32_t index);
 static int cq_open(struct server *srv, struct device *dev);
 static int conn_create(struct server *srv, struct device *dev,
 		       struct rdma_cm_id *id);
-static void conn_close(struct server *srv, struct conn *conn);
-static void conn_drop(struct server *srv, struct conn *conn,
-		      const char *reason);
+static void conn_close(struct server *srv, struct conn *conn,
+		       const char *reason);
 static int async_handle(struct server *srv, struct device *dev);
 static int cq_drain(struct server *srv, struct device *dev);
 static int on_completion(struct server *srv, struct device *dev,
@@ -69,10 +64,8 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply);
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
-static int conns_reap(struct server *srv);
-static bool conn_quiet(const struct conn *conn, double now);
+static int conns_walk(struct server *srv, double *next);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
-static double conns_watch(struct server *srv);
 static int conns_end(struct server *srv);
 static int verbs_close(struct device *dev);
 
@@ -147,26 +140,22 @@ static int serve(struct server *srv)
 {
 	const struct timespec tick = { .tv_nsec = TICK_NS };
 	int signo = 0;
+	double due; /* unused: the next tick comes sooner */
 
 	while (signo != SIGINT && signo != SIGTERM && !srv->out.closed) {
-		int busy = cm_handle(srv), ret;
+		int busy = cm_handle(srv), ret = busy;
 
-		if (busy < 0)
-			return busy;
-		for (unsigned int i = 0; i < srv->ndevices; i++) {
+		for (unsigned int i = 0; i < srv->ndevices && ret >= 0; i++) {
 			ret = async_handle(srv, &srv->devices[i]);
-			if (ret < 0)
-				return ret;
 			busy += ret;
-			ret = cq_drain(srv, &srv->devices[i]);
-			if (ret < 0)
-				return ret;
+			if (ret >= 0)
+				ret = cq_drain(srv, &srv->devices[i]);
 			busy += ret;
 		}
-		ret = conns_reap(srv);
+		if (ret >= 0)
+			ret = conns_walk(srv, &due);
 		if (ret < 0)
 			return ret;
-		conns_watch(srv);
 		signo = signal_take(srv);
 		if (signo == SIGUSR1)
 			stats_print(srv, signo);
@@ -224,7 +213,7 @@ static int cm_handle(struct server *srv)
 	case RDMA_CM_EVENT_REJECTED:
 		if (conn) {
 			err = cq_drain(srv, conn->dev); /* its last doorbells */
-			conn_close(srv, conn);
+			conn_close(srv, conn, NULL);
 		}
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -364,9 +353,8 @@ static int recv_post(struct device *dev, uint32_t index)
 }
 
 /* One CQ for all the device's sends and receives, with room for all that
- * can be outstanding: one per SRQ receive, SQ_DEPTH a connection, for
- * every one of --max-conns may come through this device (conn_refusal()).
- */
+ * can be outstanding: one per SRQ receive, SQ_DEPTH for each of
+ * --max-conns, who may all come through this device (conn_refusal()). */
 static int cq_open(struct server *srv, struct device *dev)
 {
 	int depth = (int)(srv->opt.srq_depth + srv->opt.max_conns * SQ_DEPTH);
@@ -429,15 +417,20 @@ out_free:
 /* Its QP to the error state: its sends, and a receive it had taken from
  * the SRQ, complete with a flush error (the SRQ's other receives stay, for
  * the other QPs).  Destroyed once nothing of it can complete
- * (conns_reap()).  A QP in that state already broke: a mark against its
- * peer's address (breaks_count()). */
-static void conn_close(struct server *srv, struct conn *conn)
+ * (conns_walk()).  A QP in that state already broke: a mark against its
+ * peer's address (breaks_count()).  The server's own reason, if it ends
+ * the connection for one, is said. */
+static void conn_close(struct server *srv, struct conn *conn,
+		       const char *reason)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	int ret;
 
 	if (conn->closing)
 		return;
+	if (reason)
+		say(&srv->out, "close qp=0x%" PRIx32 " reason=%s\n",
+		    conn->qp_num, reason);
 	breaks_count(srv, conn);
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
@@ -450,14 +443,6 @@ static void conn_close(struct server *srv, struct conn *conn)
 	conn->closed_at = now_seconds();
 	srv->nclosing++;
 	say(&srv->out, "disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
-}
-
-/* The server ends a connection itself, and says why. */
-static void conn_drop(struct server *srv, struct conn *conn, const char *reason)
-{
-	if (!conn->closing)
-		close_print(srv, conn, reason);
-	conn_close(srv, conn);
 }
 
 /* The device's asynchronous events (1; 0 if none), acked: a QP's destroy
@@ -481,7 +466,7 @@ static int async_handle(struct server *srv, struct device *dev)
 	case IBV_EVENT_QP_ACCESS_ERR:
 		conn = conn_find(srv, dev, qp->qp_num);
 		if (conn)
-			conn_drop(srv, conn, "qp_error");
+			conn_close(srv, conn, "qp_error");
 		if (conn && event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED)
 			conn->last_wqe = true;
 		break;
@@ -531,10 +516,9 @@ static int cq_drain(struct server *srv, struct device *dev)
 
 /* One completion; a receive's buffer goes back whatever it brought; a
  * failed one ends its connection (failure_print() says what failed, a
- * flush aside).  A
- * doorbell counts even once its connection is closing: a receive completes
- * successfully only before its QP enters the error state, so it landed
- * before the QP broke (whose event may have been handled first). */
+ * flush aside).  A doorbell counts even once its connection is closing: a
+ * receive completes successfully only before its QP enters the error
+ * state, so it landed before the QP broke. */
 static int on_completion(struct server *srv, struct device *dev,
 			 const struct ibv_wc *wc)
 {
@@ -546,7 +530,7 @@ static int on_completion(struct server *srv, struct device *dev,
 	if (!conn || wc->status) { /* failed (its QP is in ERR), or not ours */
 		failure_print(conn, wc);
 		if (conn)
-			conn_drop(srv, conn, "qp_error");
+			conn_close(srv, conn, "qp_error");
 	} else if (!conn->closing && wc->opcode == IBV_WC_RECV) { /* a SEND */
 		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
@@ -590,7 +574,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		.type = CTRL_RESP_ALLOC,
 	};
 
-	conn->requested = true; /* in time: conns_watch() */
+	conn->requested = true; /* in time: conns_walk() */
 	if (!err) {
 		/* the last holder's data is none of the next one's business */
 		memset(slice, 0, conn->slice.len);
@@ -626,14 +610,14 @@ static void reply_send(struct server *srv, struct conn *conn,
 	int ret;
 
 	if (reply_room(conn)) { /* it asks faster than it takes replies */
-		conn_close(srv, conn);
+		conn_close(srv, conn, NULL);
 		return;
 	}
 	msg_encode(reply, wire);
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
 		report("ibv_post_send(reply)", ret);
-		conn_close(srv, conn);
+		conn_close(srv, conn, NULL);
 		return;
 	}
 	conn->sending++;
@@ -641,8 +625,7 @@ static void reply_send(struct server *srv, struct conn *conn,
 
 /* The NIC completes the doorbell's receive only once its write, and all
  * before it on the QP, are in memory: slot (seq - 1) % slots holds seq, or
- * seq plus a multiple of slots if the client has lapped since (slot_check()).
- */
+ * seq plus a multiple of slots if the client lapped since (slot_check()). */
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 {
 	uint32_t slots = conn->slice.len / 4, value = 0;
@@ -655,13 +638,17 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
-/* Destroy each quiet QP as the verbs ask for one on an SRQ: error state,
- * LAST_WQE_REACHED, the CQ drained of its last completions (a destroy would
- * lose them: mlx5 deletes them), destroy.  Under a flood a pass of
- * cq_drain() may leave some (dev->cq_more), but a CQ is first in, first
- * out: once as many as it holds have been taken since the QP went quiet,
- * its own are out. */
-static int conns_reap(struct server *srv)
+/*
+ * Each connection, once a turn.  Past its next deadline (conn_due()): closed,
+ * or sent a keepalive probe.  Closed and quiet: destroyed as the verbs ask
+ * for a QP on an SRQ: error state, LAST_WQE_REACHED, the CQ drained of its
+ * last completions (a destroy would lose them: mlx5 deletes them), destroy.
+ * Under a flood a pass of cq_drain() may leave some (dev->cq_more), but a
+ * CQ is first in, first out: once as many as it holds have been taken since
+ * the QP went quiet, its own are out.  *next: when the next deadline falls
+ * (INFINITY: none).
+ */
+static int conns_walk(struct server *srv, double *next)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
@@ -673,9 +660,18 @@ static int conns_reap(struct server *srv)
 		if (n < 0)
 			return n;
 	}
+	*next = INFINITY;
 	while ((conn = *link)) {
 		struct device *dev = conn->dev;
+		struct due due = conn_due(&srv->opt, conn);
 
+		if (due.at <= now && due.what == DEADLINE_PROBE &&
+		    probe_send(conn, now))
+			conn_close(srv, conn, "qp_error");
+		else if (due.at <= now && due.what != DEADLINE_PROBE)
+			conn_close(srv, conn, deadline_name(due.what));
+		due = conn_due(&srv->opt, conn); /* after what was done */
+		*next = due.at < *next ? due.at : *next;
 		if (!conn->quiet && conn_quiet(conn, now)) {
 			conn->quiet = true;
 			conn->cq_mark = dev->polled + (uint64_t)dev->cq->cqe;
@@ -689,21 +685,6 @@ static int conns_reap(struct server *srv)
 		err = undo(err, NULL, conn_destroy(srv, conn, now));
 	}
 	return err;
-}
-
-/* Every send of a closing QP has completed, and the device has raised
- * LAST_WQE_REACHED, or, where it never does (rxe on 6.1; 6.12 raises it),
- * CLOSE_TIMEOUT_MS have passed: nothing of it can complete any more.  With
- * sends still outstanding, CLOSE_GIVE_UP_MS. */
-static bool conn_quiet(const struct conn *conn, double now)
-{
-	double ms = (now - conn->closed_at) * 1000;
-
-	if (!conn->closing)
-		return false;
-	if (conn->sending)
-		return ms >= CLOSE_GIVE_UP_MS;
-	return conn->last_wqe || ms >= CLOSE_TIMEOUT_MS;
 }
 
 /* Give back what a quiet connection held (a write the NIC was placing in
@@ -723,42 +704,23 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	return err;
 }
 
-/* Each connection past its next deadline (conn_due()) is closed, or sent a
- * keepalive probe; returns when the next one falls (INFINITY: none). */
-static double conns_watch(struct server *srv)
-{
-	double now = now_seconds(), next = INFINITY;
-
-	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
-		struct due due = conn_due(&srv->opt, conn);
-
-		if (due.at <= now && due.what == DEADLINE_PROBE &&
-		    probe_send(conn, now))
-			conn_drop(srv, conn, "qp_error");
-		else if (due.at <= now && due.what != DEADLINE_PROBE)
-			conn_drop(srv, conn, deadline_name(due.what));
-		due = conn_due(&srv->opt, conn); /* after what was done */
-		next = due.at < next ? due.at : next;
-	}
-	return next;
-}
-
 /* At the end: close every connection, then take events and completions
  * until each QP is quiet and destroyed (conn_quiet()); after a signal, a
  * last count. */
 static int conns_end(struct server *srv)
 {
 	const struct timespec pause = { .tv_nsec = 1000000 };
+	double next;
 	int ret = 0;
 
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		conn_close(srv, conn);
+		conn_close(srv, conn, NULL);
 	while (srv->conns && ret >= 0) {
 		for (unsigned int i = 0; i < srv->ndevices && ret >= 0; i++)
 			while ((ret = async_handle(srv, &srv->devices[i])) > 0)
 				;
 		if (ret >= 0)
-			ret = conns_reap(srv); /* which drains every CQ first */
+			ret = conns_walk(srv, &next); /* drains each CQ first */
 		nanosleep(&pause, NULL);
 	}
 	if (srv->stopped_by)

@@ -6,26 +6,23 @@
  * or its own events, have news.  The core path, in the order it runs:
  *
  *   main          listen_open; serve, the event loop, which sleeps as long
- *                 as poll_timeout says; at the end, close all (conns_end)
- *                 and undo it all (verbs_close, each device)
- *   cm_handle     a connect request (on_connect_request; the first through
- *                 a device opens it: verbs_open, pool_register, srq_open,
- *                 recv_post, cq_open, replies_open; each gets a QP,
- *                 conn_create), or a client gone (conn_close)
- *   async_handle  a device's events: a QP that broke (conn_drop),
- *                 LAST_WQE_REACHED, COMM_EST; a broken CQ, SRQ or device
- *                 stops the server
+ *                 as poll_timeout says; at the end, conns_end and
+ *                 verbs_close for each device
+ *   cm_handle     a connect request (the first through a device opens it:
+ *                 verbs_open, replies_open; each gets a QP: conn_create),
+ *                 or a client gone (conn_close)
+ *   async_handle  a device's events: a QP that broke (conn_close),
+ *                 LAST_WQE_REACHED, COMM_EST
  *   cq_event      get the CQ's event, ack it, drain the CQ, re-arm it, or
- *                 poll on (spin_on)
- *   cq_drain      each completion to on_completion (conn_find): on_request
- *                 and reply_send (reply_buffer_take, reply_buffer_put;
- *                 conn_close for a client that asks faster than it takes
- *                 replies), on_doorbell, or a failure (conn_drop)
- *   conns_reap    each closed QP, once conn_quiet: conn_destroy
- *   conns_watch   each deadline: a close (conn_drop) or a keepalive probe
+ *                 poll on unarmed
+ *   cq_drain      each completion: on_request and reply_send (a registered
+ *                 buffer: reply_buffer_take, reply_buffer_put), on_doorbell,
+ *                 or a failure (conn_close)
+ *   conns_walk    each connection, once a turn: at a deadline, a close or
+ *                 a keepalive probe; once closed and conn_quiet,
+ *                 conn_destroy
  * common/ (server.h lists it) holds what both servers do alike beyond this
- * lesson: it answers, records and makes calls of its own (the listener's
- * bind, a probe, a key, a reject...); every close is in this file.  The twin
+ * lesson, and closes no connection: every close is in this file.  The twin
  * rdma_pool_server.c polls on a tick.
  */
 #include <endian.h>
@@ -60,12 +57,10 @@ static int cq_open(struct server *srv, struct device *dev);
 static int replies_open(struct server *srv, struct device *dev);
 static int conn_create(struct server *srv, struct device *dev,
 		       struct rdma_cm_id *id);
-static void conn_close(struct server *srv, struct conn *conn);
-static void conn_drop(struct server *srv, struct conn *conn,
-		      const char *reason);
+static void conn_close(struct server *srv, struct conn *conn,
+		       const char *reason);
 static int async_handle(struct server *srv, struct device *dev);
 static int cq_event(struct server *srv, struct device *dev, bool woken);
-static void spin_on(struct server *srv, struct device *dev, int completions);
 static int cq_drain(struct server *srv, struct device *dev);
 static int on_completion(struct server *srv, struct device *dev,
 			 const struct ibv_wc *wc);
@@ -78,10 +73,8 @@ static void reply_send(struct server *srv, struct conn *conn,
 static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr);
 static void reply_buffer_put(struct conn *conn, uint64_t wr_id);
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
-static int conns_reap(struct server *srv);
-static bool conn_quiet(const struct conn *conn, double now);
+static int conns_walk(struct server *srv, double *next);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
-static double conns_watch(struct server *srv);
 static int conns_end(struct server *srv);
 static int verbs_close(struct device *dev);
 
@@ -148,7 +141,7 @@ static int listen_open(struct server *srv)
 }
 
 /* Sleep in poll() until a CM event or a signal, or a CQ or async event of
- * a device in use, or the next deadline (conns_watch(), poll_timeout()):
+ * a device in use, or the next deadline (conns_walk(), poll_timeout()):
  * two fds for each device, from its first client on.  Until SIGINT or
  * SIGTERM, or until the reader of stdout is gone (say() met EPIPE). */
 static int serve(struct server *srv)
@@ -160,10 +153,10 @@ static int serve(struct server *srv)
 		[SIG] = { .fd = srv->sigfd, .events = POLLIN },
 	};
 	int signo = 0, err;
+	double due = INFINITY;
 
 	while (signo != SIGINT && signo != SIGTERM && !srv->out.closed) {
 		unsigned int n = srv->ndevices; /* cm_handle() may open one */
-		double due = conns_watch(srv);
 
 		for (unsigned int i = 0; i < n; i++) {
 			struct device *dev = &srv->devices[i];
@@ -190,9 +183,8 @@ static int serve(struct server *srv)
 			    (f[CQ].revents || dev->spinning || dev->cq_more))
 				err = cq_event(srv, dev, f[CQ].revents);
 		}
-		if (err < 0)
-			return err;
-		err = conns_reap(srv);
+		if (err >= 0)
+			err = conns_walk(srv, &due);
 		if (err < 0)
 			return err;
 		signo = fds[SIG].revents ? signal_take(srv) : 0;
@@ -209,7 +201,7 @@ static int serve(struct server *srv)
 
 #define REAP_MS 100 /* how often to look at closing connections */
 
-/* How long poll() may sleep, in ms: not at all while spin_on() polls, or
+/* How long poll() may sleep, in ms: not at all while cq_event() polls, or
  * while the CQ holds more than one pass took (cq_drain()); REAP_MS at most
  * while QPs are closing; else till the next deadline, due, if any (-1:
  * poll()'s "no timeout"). */
@@ -281,7 +273,7 @@ static int cm_handle(struct server *srv)
 	case RDMA_CM_EVENT_REJECTED:
 		if (conn) {
 			err = cq_drain(srv, conn->dev); /* its last doorbells */
-			conn_close(srv, conn);
+			conn_close(srv, conn, NULL);
 		}
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -424,9 +416,8 @@ static int recv_post(struct device *dev, uint32_t index)
 }
 
 /* One CQ for all the device's sends and receives, with room for all that
- * can be outstanding: one per SRQ receive, SQ_DEPTH a connection, for
- * every one of --max-conns may come through this device (conn_refusal()).
- */
+ * can be outstanding: one per SRQ receive, SQ_DEPTH for each of
+ * --max-conns, who may all come through this device (conn_refusal()). */
 static int cq_open(struct server *srv, struct device *dev)
 {
 	int depth = (int)(srv->opt.srq_depth + srv->opt.max_conns * SQ_DEPTH);
@@ -518,15 +509,20 @@ out_free:
 /* Its QP to the error state: its sends, and a receive it had taken from
  * the SRQ, complete with a flush error (the SRQ's other receives stay, for
  * the other QPs).  Destroyed once nothing of it can complete
- * (conns_reap()).  A QP in that state already broke: a mark against its
- * peer's address (breaks_count()). */
-static void conn_close(struct server *srv, struct conn *conn)
+ * (conns_walk()).  A QP in that state already broke: a mark against its
+ * peer's address (breaks_count()).  The server's own reason, if it ends
+ * the connection for one, is said. */
+static void conn_close(struct server *srv, struct conn *conn,
+		       const char *reason)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	int ret;
 
 	if (conn->closing)
 		return;
+	if (reason)
+		say(&srv->out, "close qp=0x%" PRIx32 " reason=%s\n",
+		    conn->qp_num, reason);
 	breaks_count(srv, conn);
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
@@ -539,14 +535,6 @@ static void conn_close(struct server *srv, struct conn *conn)
 	conn->closed_at = now_seconds();
 	srv->nclosing++;
 	say(&srv->out, "disconnect qp=0x%" PRIx32 "\n", conn->qp_num);
-}
-
-/* The server ends a connection itself, and says why. */
-static void conn_drop(struct server *srv, struct conn *conn, const char *reason)
-{
-	if (!conn->closing)
-		close_print(srv, conn, reason);
-	conn_close(srv, conn);
 }
 
 /* The device's asynchronous events (1; 0 if none), acked: a QP's destroy
@@ -570,7 +558,7 @@ static int async_handle(struct server *srv, struct device *dev)
 	case IBV_EVENT_QP_ACCESS_ERR:
 		conn = conn_find(srv, dev, qp->qp_num);
 		if (conn)
-			conn_drop(srv, conn, "qp_error");
+			conn_close(srv, conn, "qp_error");
 		if (conn && event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED)
 			conn->last_wqe = true;
 		break;
@@ -591,15 +579,21 @@ static int async_handle(struct server *srv, struct device *dev)
 	return ret;
 }
 
-/* The armed CQ got a completion (woken), or spin_on() polls on, or the
+/*
+ * The armed CQ got a completion (woken), or it is polled unarmed, or the
  * last pass left some: get the event (a read() of the channel), ack it
  * (ibv_destroy_cq() waits for the acks), drain the CQ, re-arm it, drain
- * again: the re-arm missed those.  Not re-armed while a pass leaves some
- * (spin_on()): serve() comes back for them. */
+ * again: the re-arm missed those.  Hybrid polling: after a wake-up the CQ
+ * stays unarmed (dev->spinning: serve() calls again at once) until no
+ * completion has come for --busy-poll-us, which must outlast the gap
+ * between one client's doorbells (docs/performance.md); and while a pass
+ * stops at its bound: an unarmed CQ raises no event.
+ */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
 	void *cq_context;
+	double now, quiet_us;
 	int n, ret;
 
 	if (woken && ibv_get_cq_event(dev->comp, &cq, &cq_context))
@@ -609,7 +603,11 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 	n = cq_drain(srv, dev);
 	if (n < 0)
 		return n;
-	spin_on(srv, dev, n);
+	now = now_seconds();
+	if (n > 0 || !dev->spinning)
+		dev->last_completion = now;
+	quiet_us = (now - dev->last_completion) * 1e6;
+	dev->spinning = dev->cq_more || quiet_us < srv->opt.busy_poll_us;
 	if (dev->spinning)
 		return 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
@@ -618,25 +616,6 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 		return fail("ibv_req_notify_cq", ret);
 	n = cq_drain(srv, dev);
 	return n < 0 ? n : 0;
-}
-
-/*
- * Hybrid polling: after a wake-up, keep polling the CQ unarmed (serve()
- * calls cq_event() again at once) until no completion has come for
- * --busy-poll-us, which must outlast the gap between one client's
- * doorbells, or the server sleeps between them and gains nothing
- * (docs/performance.md).  A pass that stopped at its bound keeps it
- * polling too: an unarmed CQ raises no event, and it is re-armed only once
- * a pass finds it empty.  Whether to poll on, in dev->spinning.
- */
-static void spin_on(struct server *srv, struct device *dev, int completions)
-{
-	double now = now_seconds(), quiet_us;
-
-	if (completions > 0 || !dev->spinning)
-		dev->last_completion = now;
-	quiet_us = (now - dev->last_completion) * 1e6;
-	dev->spinning = dev->cq_more || quiet_us < srv->opt.busy_poll_us;
 }
 
 #define CQ_BATCH 16 /* completions taken per ibv_poll_cq(): arbitrary */
@@ -668,10 +647,9 @@ static int cq_drain(struct server *srv, struct device *dev)
 
 /* One completion; a receive's buffer goes back whatever it brought; a
  * failed one ends its connection (failure_print() says what failed, a
- * flush aside).  A
- * doorbell counts even once its connection is closing: a receive completes
- * successfully only before its QP enters the error state, so it landed
- * before the QP broke (whose event may have been handled first). */
+ * flush aside).  A doorbell counts even once its connection is closing: a
+ * receive completes successfully only before its QP enters the error
+ * state, so it landed before the QP broke. */
 static int on_completion(struct server *srv, struct device *dev,
 			 const struct ibv_wc *wc)
 {
@@ -683,7 +661,7 @@ static int on_completion(struct server *srv, struct device *dev,
 	if (!conn || wc->status) { /* failed (its QP is in ERR), or not ours */
 		failure_print(conn, wc);
 		if (conn)
-			conn_drop(srv, conn, "qp_error");
+			conn_close(srv, conn, "qp_error");
 	} else if (!conn->closing && wc->opcode == IBV_WC_RECV) { /* a SEND */
 		on_request(srv, conn, dev->recv_bufs + index * RECV_BUF_SIZE,
 			   wc->byte_len);
@@ -729,7 +707,7 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		.type = CTRL_RESP_ALLOC,
 	};
 
-	conn->requested = true; /* in time: conns_watch() */
+	conn->requested = true; /* in time: conns_walk() */
 	if (!err) {
 		/* the last holder's data is none of the next one's business */
 		memset(slice, 0, conn->slice.len);
@@ -760,14 +738,10 @@ static void reply_send(struct server *srv, struct conn *conn,
 	}, *bad;
 	int ret = reply_room(conn); /* it may ask faster than it takes them */
 
-	if (!ret && !conn->dev->nsend_free) { /* --max-conns rules it out */
-		errorf("no reply buffer is free (all %u are in flight): "
-		       "qp=0x%" PRIx32 " gets no reply and is disconnected",
-		       srv->opt.max_conns * SEND_DEPTH, conn->qp_num);
-		ret = -ENOBUFS;
-	}
+	if (!ret && !conn->dev->nsend_free) /* --max-conns rules it out */
+		ret = fail("reply_send: every reply buffer", ENOBUFS);
 	if (ret) {
-		conn_close(srv, conn);
+		conn_close(srv, conn, NULL);
 		return;
 	}
 	msg_encode(reply, reply_buffer_take(conn, &wr));
@@ -775,7 +749,7 @@ static void reply_send(struct server *srv, struct conn *conn,
 	if (ret) {
 		reply_buffer_put(conn, wr.wr_id);
 		report("ibv_post_send(reply)", ret);
-		conn_close(srv, conn);
+		conn_close(srv, conn, NULL);
 		return;
 	}
 	conn->sending++;
@@ -809,8 +783,7 @@ static void reply_buffer_put(struct conn *conn, uint64_t wr_id)
 
 /* The NIC completes the doorbell's receive only once its write, and all
  * before it on the QP, are in memory: slot (seq - 1) % slots holds seq, or
- * seq plus a multiple of slots if the client has lapped since (slot_check()).
- */
+ * seq plus a multiple of slots if the client lapped since (slot_check()). */
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 {
 	uint32_t slots = conn->slice.len / 4, value = 0;
@@ -823,13 +796,17 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
-/* Destroy each quiet QP as the verbs ask for one on an SRQ: error state,
- * LAST_WQE_REACHED, the CQ drained of its last completions (a destroy would
- * lose them: mlx5 deletes them), destroy.  Under a flood a pass of
- * cq_drain() may leave some (dev->cq_more), but a CQ is first in, first
- * out: once as many as it holds have been taken since the QP went quiet,
- * its own are out. */
-static int conns_reap(struct server *srv)
+/*
+ * Each connection, once a turn.  Past its next deadline (conn_due()): closed,
+ * or sent a keepalive probe.  Closed and quiet: destroyed as the verbs ask
+ * for a QP on an SRQ: error state, LAST_WQE_REACHED, the CQ drained of its
+ * last completions (a destroy would lose them: mlx5 deletes them), destroy.
+ * Under a flood a pass of cq_drain() may leave some (dev->cq_more), but a
+ * CQ is first in, first out: once as many as it holds have been taken since
+ * the QP went quiet, its own are out.  *next: when the next deadline falls
+ * (INFINITY: none).
+ */
+static int conns_walk(struct server *srv, double *next)
 {
 	struct conn **link = &srv->conns, *conn;
 	double now = now_seconds();
@@ -841,9 +818,18 @@ static int conns_reap(struct server *srv)
 		if (n < 0)
 			return n;
 	}
+	*next = INFINITY;
 	while ((conn = *link)) {
 		struct device *dev = conn->dev;
+		struct due due = conn_due(&srv->opt, conn);
 
+		if (due.at <= now && due.what == DEADLINE_PROBE &&
+		    probe_send(conn, now))
+			conn_close(srv, conn, "qp_error");
+		else if (due.at <= now && due.what != DEADLINE_PROBE)
+			conn_close(srv, conn, deadline_name(due.what));
+		due = conn_due(&srv->opt, conn); /* after what was done */
+		*next = due.at < *next ? due.at : *next;
 		if (!conn->quiet && conn_quiet(conn, now)) {
 			conn->quiet = true;
 			conn->cq_mark = dev->polled + (uint64_t)dev->cq->cqe;
@@ -857,21 +843,6 @@ static int conns_reap(struct server *srv)
 		err = undo(err, NULL, conn_destroy(srv, conn, now));
 	}
 	return err;
-}
-
-/* Every send of a closing QP has completed, and the device has raised
- * LAST_WQE_REACHED, or, where it never does (rxe on 6.1; 6.12 raises it),
- * CLOSE_TIMEOUT_MS have passed: nothing of it can complete any more.  With
- * sends still outstanding, CLOSE_GIVE_UP_MS. */
-static bool conn_quiet(const struct conn *conn, double now)
-{
-	double ms = (now - conn->closed_at) * 1000;
-
-	if (!conn->closing)
-		return false;
-	if (conn->sending)
-		return ms >= CLOSE_GIVE_UP_MS;
-	return conn->last_wqe || ms >= CLOSE_TIMEOUT_MS;
 }
 
 /* Give back what a quiet connection held (a write the NIC was placing in
@@ -895,42 +866,23 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	return err;
 }
 
-/* Each connection past its next deadline (conn_due()) is closed, or sent a
- * keepalive probe; returns when the next one falls (INFINITY: none). */
-static double conns_watch(struct server *srv)
-{
-	double now = now_seconds(), next = INFINITY;
-
-	for (struct conn *conn = srv->conns; conn; conn = conn->next) {
-		struct due due = conn_due(&srv->opt, conn);
-
-		if (due.at <= now && due.what == DEADLINE_PROBE &&
-		    probe_send(conn, now))
-			conn_drop(srv, conn, "qp_error");
-		else if (due.at <= now && due.what != DEADLINE_PROBE)
-			conn_drop(srv, conn, deadline_name(due.what));
-		due = conn_due(&srv->opt, conn); /* after what was done */
-		next = due.at < next ? due.at : next;
-	}
-	return next;
-}
-
 /* At the end: close every connection, then take events and completions
  * until each QP is quiet and destroyed (conn_quiet()); after a signal, a
  * last count. */
 static int conns_end(struct server *srv)
 {
 	const struct timespec pause = { .tv_nsec = 1000000 };
+	double next;
 	int ret = 0;
 
 	for (struct conn *conn = srv->conns; conn; conn = conn->next)
-		conn_close(srv, conn);
+		conn_close(srv, conn, NULL);
 	while (srv->conns && ret >= 0) {
 		for (unsigned int i = 0; i < srv->ndevices && ret >= 0; i++)
 			while ((ret = async_handle(srv, &srv->devices[i])) > 0)
 				;
 		if (ret >= 0)
-			ret = conns_reap(srv); /* which drains every CQ first */
+			ret = conns_walk(srv, &next); /* drains each CQ first */
 		nanosleep(&pause, NULL);
 	}
 	if (srv->stopped_by)

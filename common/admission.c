@@ -1,12 +1,9 @@
 /*
  * admission.c - who may connect, and on what terms: the listener's address
- * (listener_bind()); each connect request's refusal, if it must be refused
- * (conn_refusal()), and the rejection the client is told (conn_reject());
- * the record of each source whose connections broke (breaks_count()); and
- * whether a connection may have one more reply in flight (reply_room()).
- * Each server's core path calls these, from listen_open(),
- * on_connect_request(), conn_close() and reply_send(); conn_refusal()
- * only answers.
+ * (listener_bind(), from listen_open()); a connect request's refusal
+ * (conn_refusal(), conn_reject(), from on_connect_request()); the record of
+ * each source whose connections broke (breaks_count(), from conn_close());
+ * room for one more reply in flight (reply_room(), from reply_send()).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -93,13 +90,10 @@ void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
 		report("rdma_destroy_id", errno);
 }
 
-/*
- * The connections that can still complete a send: every open one, and a
- * closing one until its last send has completed.  After that its QP can
- * complete only receives it took from the SRQ, which the SRQ's share of
- * the CQ covers.  Only these count toward --max-conns, what the CQ is sized
- * for (cq_open()).
- */
+/* The connections that can still complete a send: every open one, and a
+ * closing one until its last send has completed (then only receives it
+ * took from the SRQ, which the SRQ's share of the CQ covers).  Only these
+ * count toward --max-conns, what the CQ is sized for (cq_open()). */
 static unsigned int conns_sending(const struct server *srv)
 {
 	unsigned int n = 0;
@@ -158,18 +152,15 @@ static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
 }
 
 /*
- * A connection whose QP the server finds in the error state before it put
- * it there broke for its peer's reasons: a write with a key that does not
- * open where it points (a guessed key: under --isolation mr, 1 in 256 is
- * right), a message too long, an invalidation the device refuses, a peer
- * that stopped acknowledging.  Whatever event, or none (rxe on 6.1 raises
- * none: the QP is found broken when the peer leaves, or by the
- * keepalive), it comes through conn_close(), which calls this first.  One
- * break more for the peer's address; --breaks-per-source of them within a
+ * A QP that the server finds in the error state before it put it there
+ * broke for its peer's reasons: a write with a key that does not open
+ * where it points (a guessed key: under --isolation mr, 1 in 256 is
+ * right), a message too long, a peer that stopped acknowledging.  Every
+ * close comes through conn_close(), which calls this first.  One break
+ * more for the peer's address; --breaks-per-source of them within a
  * minute, and the address is refused until that minute is over
- * (conn_refusal()): a guesser gets that many tries a minute per address.
- * Cost: a query of the QP per close, and BREAK_SOURCES records, whose
- * oldest a new address takes: a peer with as many addresses escapes.
+ * (conn_refusal()).  Cost: a query of the QP per close, and BREAK_SOURCES
+ * records, whose oldest a new address takes.
  */
 void breaks_count(struct server *srv, struct conn *conn)
 {
@@ -204,11 +195,9 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
  * Why a connect request must be refused, or NULL if it may come in: it
  * came through a device not in use yet that cannot take the settings
  * (device_refusal()), or MAX_DEVICES are in use already; or its address
- * has --handshakes-per-source connections in their handshake already, or
- * broke too many (breaks_count()); or the server is full.  The handshake
- * deadline frees a place a half-open peer took, but such a peer can take
- * it again at once: the limit per address keeps one host from holding
- * every place that way (a peer with many addresses still can).
+ * has --handshakes-per-source connections in their handshake already (a
+ * half-open peer would take again at once the place its deadline freed),
+ * or broke too many (breaks_count()); or the server is full.
  */
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 {
@@ -229,12 +218,9 @@ const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 	return NULL;
 }
 
-/*
- * Room for a reply: 0, or -ENOBUFS, said.  A reply is posted only while
- * fewer than SEND_DEPTH sends are in flight: the protocol is request and
- * reply, so a client that asks faster than it takes its replies is
- * disconnected.
- */
+/* Room for a reply: 0 while fewer than SEND_DEPTH sends are in flight,
+ * else -ENOBUFS, said.  The protocol is request and reply: a client that
+ * asks faster than it takes its replies is disconnected. */
 int reply_room(const struct conn *conn)
 {
 	if (conn->sending < SEND_DEPTH)

@@ -1,14 +1,14 @@
 /*
- * device.c - what an RDMA device can take: each one's limits checked
- * against the settings at start (devices_fit(), from main()) and when its
- * first client comes (device_refusal(), from conn_refusal()); the device
- * in use that a client came through (device_find()); and two settings of
- * the server's verbs, the SRQ's limit event (srq_limit_arm(), from
+ * device.c - what an RDMA device can take: its limits against the settings
+ * at start (devices_fit(), from main()) and at its first client
+ * (device_refusal(), from conn_refusal()); the device in use a client came
+ * through (device_find()); the SRQ's limit event (srq_limit_arm(), from
  * srq_open()) and each QP's RNR wait (rnr_timer_shorten(), from
  * conn_create()).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 
 #include "common/server.h"
 
@@ -22,52 +22,45 @@
 const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			   bool say_why)
 {
-	uint64_t cqe =
-		srv->opt.srq_depth + (uint64_t)srv->opt.max_conns * SQ_DEPTH;
+	const struct options *opt = &srv->opt;
+	uint64_t cqe = opt->srq_depth + (uint64_t)opt->max_conns * SQ_DEPTH;
 	const char *name = ibv_get_device_name(verbs->device);
 	struct ibv_device_attr attr;
 	int ret = ibv_query_device(verbs, &attr);
+	char why[256] = "";
 
 	if (ret) {
 		report("ibv_query_device", ret);
 		return "device-limits";
 	}
-	if (srv->opt.srq_depth > (uint32_t)attr.max_srq_wr) {
-		if (say_why)
-			errorf("--srq-depth %" PRIu32 ": %s allows %d receives "
-			       "on an SRQ (max_srq_wr)",
-			       srv->opt.srq_depth, name, attr.max_srq_wr);
-		return "device-limits";
-	}
-	if (cqe > (uint64_t)attr.max_cqe) {
-		if (say_why)
-			errorf("--srq-depth %" PRIu32
-			       " and --max-conns %" PRIu32
-			       " need a CQ of %" PRIu64 " entries: %s allows "
-			       "%d (max_cqe)",
-			       srv->opt.srq_depth, srv->opt.max_conns, cqe,
-			       name, attr.max_cqe);
-		return "device-limits";
-	}
-	if (srv->opt.max_conns > (uint32_t)attr.max_qp) {
-		if (say_why)
-			errorf("--max-conns %" PRIu32 ": %s allows %d QPs "
-			       "(max_qp)",
-			       srv->opt.max_conns, name, attr.max_qp);
-		return "device-limits";
-	}
-	if (srv->opt.isolation == ISOLATION_NONE)
+	if (opt->srq_depth > (uint32_t)attr.max_srq_wr)
+		snprintf(why, sizeof(why),
+			 "--srq-depth %" PRIu32 ": %s allows %d receives on an "
+			 "SRQ (max_srq_wr)",
+			 opt->srq_depth, name, attr.max_srq_wr);
+	else if (cqe > (uint64_t)attr.max_cqe)
+		snprintf(why, sizeof(why),
+			 "--srq-depth %" PRIu32 " and --max-conns %" PRIu32
+			 " need a CQ of %" PRIu64 " entries: %s allows %d "
+			 "(max_cqe)",
+			 opt->srq_depth, opt->max_conns, cqe, name,
+			 attr.max_cqe);
+	else if (opt->max_conns > (uint32_t)attr.max_qp)
+		snprintf(why, sizeof(why),
+			 "--max-conns %" PRIu32 ": %s allows %d QPs (max_qp)",
+			 opt->max_conns, name, attr.max_qp);
+	else if (opt->isolation != ISOLATION_NONE &&
+		 opt->max_conns + 2 > (uint32_t)attr.max_mr)
+		snprintf(why, sizeof(why),
+			 "--isolation: %s allows %d memory regions (max_mr), "
+			 "fewer than one per slice of --max-conns %" PRIu32
+			 " and two of the server's",
+			 name, attr.max_mr, opt->max_conns);
+	if (!why[0])
 		return NULL;
-	if (srv->opt.max_conns + 2 > (uint32_t)attr.max_mr) {
-		if (say_why)
-			errorf("--isolation: %s allows %d memory regions "
-			       "(max_mr), fewer than one per slice of "
-			       "--max-conns %" PRIu32
-			       " and two of the server's",
-			       name, attr.max_mr, srv->opt.max_conns);
-		return "device-limits";
-	}
-	return NULL;
+	if (say_why)
+		errorf("%s", why);
+	return "device-limits";
 }
 
 /*

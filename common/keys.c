@@ -23,20 +23,15 @@ int pool_keyless(struct server *srv, struct device *dev)
 }
 
 /*
- * A key to the slice just granted (and zeroed), in *rkey.
- *
- * The region is registered over this slice alone, the only pin of these
- * pages; it lets remote writes in (REMOTE_WRITE needs LOCAL_WRITE) and its
- * rkey is the key.  A region's rkey works from every QP of its PD, and
- * every client's QP is in its device's one PD (the SRQ's): a client that
- * learns or guesses a neighbour's key can write there.  A wrong guess
- * costs the guesser its connection: the write is refused, which breaks its
- * QP, and the server closes it.  (Memory windows, which could tie a key to
- * one QP, are not used: docs/design.md says why.)
- *
- * If no key can be made, the slice goes back to the pool and the client is
- * denied with the errno of the failure (ENOMEM when the region cannot be
- * pinned: fail() names the locked-memory limit, if there is one).
+ * A key to the slice just granted (and zeroed), in *rkey: a region
+ * registered over this slice alone, the only pin of these pages, that lets
+ * remote writes in (REMOTE_WRITE needs LOCAL_WRITE).  Its rkey works from
+ * every QP of its PD, and every client's QP is in its device's one PD: a
+ * client that learns or guesses a neighbour's key can write there; a wrong
+ * guess breaks its QP, and the server closes it.  (Memory windows, which
+ * could tie a key to one QP, are not used: docs/design.md says why.)  If
+ * no key can be made, the slice goes back to the pool and the client is
+ * denied with the errno of the failure.
  */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
@@ -57,10 +52,8 @@ int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 	return 0;
 }
 
-/*
- * The client is gone and its QP quiet: deregistering its region revokes
- * its key before its slice goes back to the pool.
- */
+/* The client is gone and its QP quiet: deregistering its region revokes
+ * its key before its slice goes back to the pool. */
 int slice_key_drop(struct conn *conn)
 {
 	struct ibv_mr *mr = conn->slice_mr;

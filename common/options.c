@@ -20,13 +20,11 @@
 #define DEFAULT_HANDSHAKE_MS 5000
 #define DEFAULT_REQUEST_MS 10000
 #define DEFAULT_KEEPALIVE_MS 10000
-/* Connections from one address in their handshake at once, see
- * conn_refusal(). */
+/* Per source address, see conn_refusal() and breaks_count(). */
 #define DEFAULT_HANDSHAKES_PER_SOURCE 16
-/* Connections of one address that may break in a minute, breaks_count(). */
 #define DEFAULT_BREAKS_PER_SOURCE 4
 #define MAX_DEADLINE_MS 600000
-/* Hybrid polling (--busy-poll-us), see spin_on(). */
+/* Hybrid polling (--busy-poll-us), see cq_event(). */
 #define DEFAULT_BUSY_POLL_US 200
 #define MAX_BUSY_POLL_US 1000000
 
@@ -78,22 +76,6 @@ static void usage(FILE *out, bool busy_poll)
 			"                         sleeping again; 0: never (default %d)\n",
 			DEFAULT_BUSY_POLL_US);
 	fprintf(out, "  -h, --help             show this text\n");
-}
-
-static int parse_isolation(const char *arg, enum isolation *isolation)
-{
-	static const char *const names[] = {
-		[ISOLATION_NONE] = "none",
-		[ISOLATION_MR] = "mr",
-	};
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(arg, names[i]) == 0) {
-			*isolation = (enum isolation)i;
-			return 0;
-		}
-	errorf("bad isolation '%s': want none or mr", arg);
-	return -EINVAL;
 }
 
 /* Fills opt from the arguments, or says what is wrong and fails; --help
@@ -175,8 +157,13 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 				*numbers[i].value = (uint32_t)value;
 		} else if (c == 'a') {
 			opt->address = optarg;
+		} else if (c == 'I' && !strcmp(optarg, "none")) {
+			opt->isolation = ISOLATION_NONE;
+		} else if (c == 'I' && !strcmp(optarg, "mr")) {
+			opt->isolation = ISOLATION_MR;
 		} else if (c == 'I') {
-			err = parse_isolation(optarg, &opt->isolation);
+			errorf("bad isolation '%s': want none or mr", optarg);
+			err = -EINVAL;
 		} else if (c == 'h') {
 			opt->help = true;
 			usage(stdout, busy_poll);

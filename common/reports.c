@@ -165,28 +165,24 @@ void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
  */
 void failure_print(const struct conn *conn, const struct ibv_wc *wc)
 {
-	const char *what = "reply";
+	uint64_t kind = WRID_KIND(wc->wr_id);
+	const char *what = kind == WRID_RECV	? "receive"
+			   : kind == WRID_PROBE ? "keepalive probe"
+						: "reply";
 
-	if (!conn) {
+	if (!conn)
 		errorf("a completion for qp=0x%" PRIx32 ", which is no "
 		       "connection of ours",
 		       wc->qp_num);
-		return;
-	}
-	if (WRID_KIND(wc->wr_id) == WRID_RECV)
-		what = "receive";
-	else if (WRID_KIND(wc->wr_id) == WRID_PROBE)
-		what = "keepalive probe";
-	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+	else if (wc->status != IBV_WC_WR_FLUSH_ERR)
 		errorf("%s qp=0x%" PRIx32 " failed: %s", what, wc->qp_num,
 		       wc_status_name(wc->status));
 }
 
 /* An asynchronous event, named: with its QP's number for a QP's error or
- * COMM_EST; why
- * the server stops, if it does (a CQ, an SRQ or a device that broke).
- * LAST_WQE_REACHED, the last event of every QP that closes on a kernel
- * that raises it, is not said. */
+ * COMM_EST; why the server stops, if it does (a CQ, an SRQ or a device
+ * that broke).  LAST_WQE_REACHED, the last event of every QP that closes
+ * on a kernel that raises it, is not said. */
 void async_print(struct server *srv, const struct ibv_async_event *event)
 {
 	const char *name = async_event_name(event->event_type);
@@ -213,21 +209,12 @@ void async_print(struct server *srv, const struct ibv_async_event *event)
 	}
 }
 
-/* The server ends a connection itself: why. */
-void close_print(struct server *srv, const struct conn *conn,
-		 const char *reason)
-{
-	say(&srv->out, "close qp=0x%" PRIx32 " reason=%s\n", conn->qp_num,
-	    reason);
-}
-
 /*
  * A QP is being destroyed, its slice back; what ended the wait
- * (conn_quiet()).  A
- * send still outstanding then was abandoned (a device that flushes
- * nothing: never seen): counted, and said.  Its completion, should one
- * come after all, finds no connection: rxe gives a QP number again only
- * after about a million QPs (docs/design.md).
+ * (conn_quiet()).  A send still outstanding then was abandoned (a device
+ * that flushes nothing: never seen): counted, and said.  Its completion,
+ * should one come after all, finds no connection: rxe gives a QP number
+ * again only after about a million QPs (docs/design.md).
  */
 void destroy_print(struct server *srv, struct conn *conn, double now)
 {

@@ -9,10 +9,9 @@
  *   deadlines.c  the handshake and request deadlines, keepalive probes
  *   keys.c       --isolation mr: a region, and its key, per slice
  *
- * The machinery answers, records, and makes calls of its own (the
- * listener's bind, a probe, a key, a reject...); it never closes a
- * connection, polls a CQ or calls into a server.  Each server acts on the
- * answers in its own file, where every way a connection ends can be read.
+ * The machinery answers, records, and makes calls of its own (a bind, a
+ * probe, a key, a reject...); it never closes a connection, polls a CQ or
+ * calls into a server: every way a connection ends is in a server's file.
  */
 #ifndef RDMA_POOL_SERVER_H
 #define RDMA_POOL_SERVER_H
@@ -21,9 +20,8 @@
 
 #include "common/common.h"
 
-/* A reply is posted only while fewer than SEND_DEPTH sends are in flight
- * on its connection (replies and a keepalive probe count); its send queue
- * has room for one more, a probe posted whatever the count. */
+/* A reply is posted only while fewer than SEND_DEPTH sends (replies, a
+ * probe) are in flight; the send queue has room for a probe beyond. */
 #define SEND_DEPTH 8
 #define SQ_DEPTH (SEND_DEPTH + 1)
 /* wr_id is ours, handed back in the completion, failed or not: what the
@@ -52,7 +50,7 @@ struct options {
 	uint32_t handshakes_per_source, breaks_per_source; /* conn_refusal() */
 	enum isolation isolation; /* whose key opens what: slice_key_make() */
 	bool help;
-	uint32_t busy_poll_us; /* the event-driven server's spin_on() */
+	uint32_t busy_poll_us; /* the event-driven server's cq_event() */
 };
 
 struct conn {
@@ -81,10 +79,9 @@ struct breaks {
 	uint32_t n;   /* breaks since */
 };
 
-/* What one RDMA device needs to serve clients: a PD, the pool registered
- * in it, an SRQ and a CQ.  The first client through the device opens them
- * (verbs_open()); they are kept until the server ends.  A QP can use only
- * what was made on its own device, so every device has its own. */
+/* What one RDMA device needs to serve clients (a QP can use only what was
+ * made on its own device): a PD, the pool registered in it, an SRQ and a
+ * CQ, opened by its first client (verbs_open()), kept until the end. */
 struct device {
 	struct ibv_context *verbs; /* librdmacm's: one a device, for its ids */
 	struct ibv_pd *pd;
@@ -98,12 +95,11 @@ struct device {
 	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
 
-	/* The event-driven server's own.  Its completion channel, and hybrid
-	 * polling (spin_on()): */
+	/* The event-driven server's own: its completion channel, hybrid
+	 * polling (cq_event()), and its reply buffers (replies_open()). */
 	struct ibv_comp_channel *comp;
 	bool spinning;		/* polling the CQ unarmed */
 	double last_completion; /* while spinning */
-	/* Its registered reply buffers (replies_open()): */
 	uint8_t *send_bufs;
 	struct ibv_mr *send_mr;
 	uint32_t *send_free, nsend_free; /* a stack of free reply buffers */
@@ -140,8 +136,6 @@ void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict);
 void failure_print(const struct conn *conn, const struct ibv_wc *wc);
 void async_print(struct server *srv, const struct ibv_async_event *event);
-void close_print(struct server *srv, const struct conn *conn,
-		 const char *reason);
 void destroy_print(struct server *srv, struct conn *conn, double now);
 void end_print(const struct server *srv);
 
@@ -176,6 +170,7 @@ struct due conn_due(const struct options *opt, const struct conn *conn);
 const char *deadline_name(enum deadline what);
 int probe_send(struct conn *conn, double now);
 void handshake_finish(struct conn *conn);
+bool conn_quiet(const struct conn *conn, double now);
 
 /* keys.c */
 int pool_keyless(struct server *srv, struct device *dev);
