@@ -53,7 +53,7 @@ struct options {
 struct doorbell {
 	uint32_t seq;
 	uint32_t *values; /* K of them, big-endian */
-	double posted;	  /* when it was handed to the NIC: rtt_start() */
+	double posted;	  /* when it was handed to the NIC */
 };
 
 struct client {
@@ -80,21 +80,16 @@ struct client {
 /* Beyond the core path: after the banner below. */
 static int parse_options(int argc, char **argv, struct options *opt);
 static int server_addr(struct client *cl, struct sockaddr_storage *addr);
-static int cm_timeout(struct client *cl, enum rdma_cm_event_type expected);
 static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected);
 static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int qp_fail(struct client *cl, int err);
-static int stream_options(struct client *cl);
+static int values_register(struct client *cl);
+static int rtt_open(struct client *cl);
 static int step_pause(struct client *cl, const char *after);
-static int ack_timeout_set(struct client *cl);
 static int wc_failed(const struct ibv_wc *wc);
-static bool wait_over(double deadline);
 static int slice_refused(struct client *cl, const struct ctrl_msg *reply);
-static void rtt_start(struct doorbell *doorbell);
 static int batch_post_each(struct client *cl, struct doorbell *doorbell);
-static int doorbell_lost(const struct doorbell *doorbell, uint64_t wr_id);
-static void rtt_record(struct client *cl, const struct doorbell *doorbell);
 static void stream_report(struct client *cl, double seconds);
 
 /*
@@ -109,9 +104,13 @@ static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
 	struct rdma_cm_event *event;
 	int ret = poll(&pfd, 1, WAIT_TIMEOUT_MS);
 
-	if (ret <= 0)
-		return ret ? fail("poll(cm events)", errno)
-			   : cm_timeout(cl, expected);
+	if (ret < 0)
+		return fail("poll(cm events)", errno);
+	if (ret == 0) {
+		errorf("no %s from %s within %d ms", rdma_event_str(expected),
+		       cl->opt.server, WAIT_TIMEOUT_MS);
+		return -ETIMEDOUT;
+	}
 	if (rdma_get_cm_event(cl->events, &event))
 		return fail("rdma_get_cm_event", errno);
 	if (event->event != expected)
@@ -202,6 +201,7 @@ static int verbs_open(struct client *cl)
 static int stream_open(struct client *cl)
 {
 	uint32_t k = cl->opt.every, w = cl->opt.window;
+	int err;
 
 	cl->wrs = calloc(k, sizeof(*cl->wrs));
 	cl->sges = calloc(k, sizeof(*cl->sges));
@@ -212,11 +212,21 @@ static int stream_open(struct client *cl)
 	for (uint32_t i = 0; i < w; i++)
 		cl->doorbells[i].values = cl->values + (size_t)i * k;
 	cl->send_flags = cl->opt.inline_data ? IBV_SEND_INLINE : 0;
-	return stream_options(cl); /* --no-inline's values; statistics */
+	err = values_register(cl); /* --no-inline */
+	return err ? err : rtt_open(cl);
 }
 
 #define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */
 #define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
+/*
+ * How long the NIC waits for an acknowledgement before it resends, as an
+ * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
+ * server that vanished mid-stream fails our next work request after about
+ * two seconds.  Left alone, the exponent comes from the kernel CM's packet
+ * lifetime for RoCE, which depends on the kernel: docs/retry-counts.md
+ * reads it off a QP (19 on Linux 6.1: 2.1 s a try).
+ */
+#define ACK_TIMEOUT_EXP 16
 
 /* rdma_connect() sends a connect request (CM REQ).  When the reply (REP)
  * comes, rdma_get_cm_event() moves our QP to RTR (ready to receive) and
@@ -228,10 +238,12 @@ static int cm_connect(struct client *cl)
 		.retry_count = TRANSPORT_RETRIES,
 		.rnr_retry_count = RNR_RETRY_FOREVER,
 	};
-	int err = ack_timeout_set(cl);
+	uint8_t ack_timeout = ACK_TIMEOUT_EXP;
+	int err;
 
-	if (err)
-		return err;
+	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+			    &ack_timeout, sizeof(ack_timeout)))
+		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
 	if (rdma_connect(cl->id, &param))
 		return fail("rdma_connect", errno);
 	err = cm_wait(cl, RDMA_CM_EVENT_ESTABLISHED);
@@ -249,9 +261,12 @@ static int cq_wait(struct client *cl, struct ibv_wc *wc)
 	unsigned int spins = 0;
 	int n;
 
-	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0)
-		if (++spins % 4096 == 0 && wait_over(deadline))
+	while ((n = ibv_poll_cq(cl->cq, 1, wc)) == 0) {
+		if (++spins % 4096 == 0 && now_seconds() > deadline) {
+			errorf("no completion within %d ms", WAIT_TIMEOUT_MS);
 			return -ETIMEDOUT;
+		}
+	}
 	if (n < 0)
 		return fail("ibv_poll_cq", EIO);
 	return wc->status == IBV_WC_SUCCESS ? 0 : wc_failed(wc);
@@ -356,7 +371,7 @@ static int batch_post(struct client *cl, uint32_t first, uint32_t count)
 	cl->posted++;
 	if (cl->opt.post_each)
 		return batch_post_each(cl, doorbell);
-	rtt_start(doorbell);
+	doorbell->posted = now_seconds();
 	ret = ibv_post_send(cl->id->qp, cl->wrs, &bad);
 	return ret ? fail("ibv_post_send(writes)", ret) : 0;
 }
@@ -372,10 +387,15 @@ static int doorbell_wait(struct client *cl)
 
 	if (err)
 		return err;
-	if (wc.wr_id != doorbell->seq)
-		return doorbell_lost(doorbell, wc.wr_id);
+	if (wc.wr_id != doorbell->seq) {
+		errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64
+		       " came",
+		       doorbell->seq, wc.wr_id);
+		return -EPROTO;
+	}
 	cl->completed++;
-	rtt_record(cl, doorbell);
+	if (cl->nrtts < cl->max_rtts)
+		cl->rtts[cl->nrtts++] = now_seconds() - doorbell->posted;
 	if (!cl->opt.quiet)
 		printf("doorbell seq=%" PRIu32 " completed\n", doorbell->seq);
 	return 0;
@@ -523,49 +543,45 @@ static int parse_options(int argc, char **argv, struct options *opt)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES;
-	uint64_t every = DEFAULT_DOORBELL_EVERY, size = 0;
-	uint64_t window = DEFAULT_WINDOW;
+	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES, size = 0;
+	uint64_t every = DEFAULT_DOORBELL_EVERY, window = DEFAULT_WINDOW;
+	/* Each option that takes a number: its name, bounds and place. */
+	const struct {
+		int key;
+		const char *what;
+		uint64_t min, max, *value;
+	} numbers[] = {
+		{ 'p', "port", 1, UINT16_MAX, &port },
+		{ 'n', "number of writes", 0, UINT32_MAX, &writes },
+		{ 'k', "doorbell interval", 1, UINT32_MAX, &every },
+		{ 'w', "window", 1, UINT32_MAX, &window },
+	};
+	size_t i, n = sizeof(numbers) / sizeof(numbers[0]);
 	int c, err = 0;
 
 	opt->inline_data = true;
 	opterr = 0; /* our messages, not getopt's */
 	while (!err && (c = getopt_long(argc, argv, "p:n:k:w:qh", longopts,
 					NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			err = parse_number("port", optarg, 1, UINT16_MAX,
-					   &port);
-			break;
-		case 'n':
-			err = parse_number("number of writes", optarg, 0,
-					   UINT32_MAX, &writes);
-			break;
-		case 'k':
-			err = parse_number("doorbell interval", optarg, 1,
-					   UINT32_MAX, &every);
-			break;
-		case 'w':
-			err = parse_number("window", optarg, 1, UINT32_MAX,
-					   &window);
-			break;
-		case 'I':
+		for (i = 0; i < n && numbers[i].key != c; i++)
+			;
+		if (i < n) {
+			err = parse_number(numbers[i].what, optarg,
+					   numbers[i].min, numbers[i].max,
+					   numbers[i].value);
+		} else if (c == 'I') {
 			opt->inline_data = false;
-			break;
-		case 'E':
+		} else if (c == 'E') {
 			opt->post_each = true;
-			break;
-		case 'q':
+		} else if (c == 'q') {
 			opt->quiet = true;
-			break;
-		case 'S':
+		} else if (c == 'S') {
 			opt->step = true;
-			break;
-		case 'h':
+		} else if (c == 'h') {
 			opt->help = true;
 			usage(stdout);
 			return 0;
-		default:
+		} else {
 			/* "-5" looks like an option to getopt */
 			errorf("unknown option '%s'%s", argv[optind - 1],
 			       optopt >= '0' && optopt <= '9'
@@ -574,19 +590,19 @@ static int parse_options(int argc, char **argv, struct options *opt)
 			err = -EINVAL;
 		}
 	}
-	if (err)
-		goto out_usage;
-	if (argc - optind != 2) {
+	if (!err && argc - optind != 2) {
 		errorf("want 2 arguments, <server_ip> <alloc_size_bytes>, got %d",
 		       argc - optind);
 		err = -EINVAL;
-		goto out_usage;
 	}
 	/* 0 is passed on: refusing it is the server's job (EINVAL). */
-	err = parse_number("allocation size", argv[optind + 1], 0, UINT32_MAX,
-			   &size);
-	if (err)
-		goto out_usage;
+	if (!err)
+		err = parse_number("allocation size", argv[optind + 1], 0,
+				   UINT32_MAX, &size);
+	if (err) {
+		usage(stderr);
+		return err;
+	}
 	opt->server = argv[optind];
 	opt->port = (uint16_t)port;
 	opt->writes = (uint32_t)writes;
@@ -594,10 +610,6 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	opt->window = (uint32_t)window;
 	opt->size = (uint32_t)size;
 	return 0;
-
-out_usage:
-	usage(stderr);
-	return err;
 }
 
 /* ---- connection troubles ------------------------------------------------ */
@@ -620,14 +632,6 @@ static int server_addr(struct client *cl, struct sockaddr_storage *addr)
 	else
 		((struct sockaddr_in6 *)addr)->sin6_port = htons(cl->opt.port);
 	return 0;
-}
-
-/* cm_wait() waited WAIT_TIMEOUT_MS for nothing. */
-static int cm_timeout(struct client *cl, enum rdma_cm_event_type expected)
-{
-	errorf("no %s from %s within %d ms", rdma_event_str(expected),
-	       cl->opt.server, WAIT_TIMEOUT_MS);
-	return -ETIMEDOUT;
 }
 
 /* Text from the network as it may reach a terminal: a byte outside
@@ -660,40 +664,25 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected)
 {
 	const char *data = event->param.conn.private_data;
-	size_t len = data ? event->param.conn.private_data_len : 0;
+	size_t len =
+		data ? strnlen(data, event->param.conn.private_data_len) : 0;
 	bool rejected = event->event == RDMA_CM_EVENT_REJECTED;
 	char reason[4 * UINT8_MAX + 1]; /* private_data_len is a u8 */
-	char where[320];
+	char where[320];		/* IPv6: [ADDR]:PORT, as in URLs */
 
-	if (strchr(cl->opt.server, ':')) /* IPv6: [ADDR]:PORT, as in URLs */
-		snprintf(where, sizeof(where), "[%s]:%u", cl->opt.server,
-			 cl->opt.port);
-	else
-		snprintf(where, sizeof(where), "%s:%u", cl->opt.server,
-			 cl->opt.port);
-	len = len ? strnlen(data, len) : 0;
-	if (rejected && len)
+	snprintf(where, sizeof(where),
+		 strchr(cl->opt.server, ':') ? "[%s]:%u" : "%s:%u",
+		 cl->opt.server, cl->opt.port);
+	if (rejected)
 		errorf("%s rejected the connection: %s", where,
-		       shown(data, len, reason, sizeof(reason)));
-	else if (rejected)
-		errorf("%s rejected the connection: is a server listening "
-		       "there?",
-		       where);
+		       len ? shown(data, len, reason, sizeof(reason))
+			   : "is a server listening there?");
 	else
 		errorf("waiting for %s, got %s (status %d)",
 		       rdma_event_str(expected), rdma_event_str(event->event),
 		       event->status);
 	rdma_ack_cm_event(event);
 	return rejected ? -ECONNREFUSED : -EPROTO;
-}
-
-/* A wait's deadline has passed: say so. */
-static bool wait_over(double deadline)
-{
-	if (now_seconds() <= deadline)
-		return false;
-	errorf("no completion within %d ms", WAIT_TIMEOUT_MS);
-	return true;
 }
 
 /*
@@ -724,17 +713,7 @@ static int wc_failed(const struct ibv_wc *wc)
 
 static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
 {
-	if (!reply) {
-		errorf("the server's reply is not a RESP_ALLOC");
-		return -EBADMSG;
-	}
-	if (reply->status > MAX_ERRNO) {
-		errorf("the server's reply has status %" PRIu32
-		       ", which is no errno value",
-		       reply->status);
-		return -EBADMSG;
-	}
-	if (reply->status) {
+	if (reply && reply->status && reply->status <= MAX_ERRNO) {
 		int status = (int)reply->status;
 
 		printf("denied size=%" PRIu32 " status=%s\n", cl->opt.size,
@@ -743,22 +722,20 @@ static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
 		       cl->opt.size, errno_name(status), strerror(status));
 		return -status;
 	}
-	errorf("the server granted %" PRIu32 " bytes, too few for one slot",
-	       reply->size);
+	if (!reply)
+		errorf("the server's reply is not a RESP_ALLOC");
+	else if (reply->status)
+		errorf("the server's reply has status %" PRIu32
+		       ", which is no errno value",
+		       reply->status);
+	else
+		errorf("the server granted %" PRIu32
+		       " bytes, too few for one slot",
+		       reply->size);
 	return -EBADMSG;
 }
 
-/* A completion came that is not the oldest doorbell's. */
-static int doorbell_lost(const struct doorbell *doorbell, uint64_t wr_id)
-{
-	errorf("waited for doorbell %" PRIu32 ", completion %" PRIu64 " came",
-	       doorbell->seq, wr_id);
-	return -EPROTO;
-}
-
-/* ---- limits and tuning -------------------------------------------------- */
-
-#define ACK_TIMEOUT_EXP 16 /* 4.096 us * 2^16 = 0.27 s */
+/* ---- --step, and the send queue's limits -------------------------------- */
 
 /*
  * --step: make demo shows what the kernel holds for both programs while the
@@ -774,24 +751,6 @@ static int step_pause(struct client *cl, const char *after)
 	printf("pause after=%s\n", after);
 	if (!fgets(line, sizeof(line), stdin) && ferror(stdin))
 		return fail("reading stdin (--step)", EIO);
-	return 0;
-}
-
-/*
- * How long the NIC waits for an acknowledgement before it resends, as an
- * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
- * server that vanished mid-stream fails our next work request after about
- * two seconds.  Left alone, the exponent comes from the kernel CM's packet
- * lifetime for RoCE, which depends on the kernel: docs/retry-counts.md
- * reads it off a QP (19 on Linux 6.1: 2.1 s a try).
- */
-static int ack_timeout_set(struct client *cl)
-{
-	uint8_t exponent = ACK_TIMEOUT_EXP;
-
-	if (rdma_set_option(cl->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
-			    &exponent, sizeof(exponent)))
-		return fail("rdma_set_option(ACK_TIMEOUT)", errno);
 	return 0;
 }
 
@@ -855,9 +814,7 @@ static int values_register(struct client *cl)
 		return 0;
 	cl->values_mr =
 		ibv_reg_mr(cl->pd, cl->values, n * sizeof(*cl->values), 0);
-	if (!cl->values_mr)
-		return fail("ibv_reg_mr(values)", errno);
-	return 0;
+	return cl->values_mr ? 0 : fail("ibv_reg_mr(values)", errno);
 }
 
 /*
@@ -874,7 +831,7 @@ static int batch_post_each(struct client *cl, struct doorbell *doorbell)
 		next = wr->next;
 		wr->next = NULL;
 		if (!next)
-			rtt_start(doorbell);
+			doorbell->posted = now_seconds();
 		ret = ibv_post_send(cl->id->qp, wr, &bad);
 		if (ret)
 			return fail("ibv_post_send(write)", ret);
@@ -896,28 +853,6 @@ static int rtt_open(struct client *cl)
 	return cl->rtts ? 0 : fail("calloc(round trips)", ENOMEM);
 }
 
-/* --no-inline's registered values, and the round-trip statistics. */
-static int stream_options(struct client *cl)
-{
-	int err = values_register(cl);
-
-	if (err)
-		return err;
-	return rtt_open(cl);
-}
-
-/* A doorbell's round trip starts when it is handed to the NIC. */
-static void rtt_start(struct doorbell *doorbell)
-{
-	doorbell->posted = now_seconds();
-}
-
-static void rtt_record(struct client *cl, const struct doorbell *doorbell)
-{
-	if (cl->nrtts < cl->max_rtts)
-		cl->rtts[cl->nrtts++] = now_seconds() - doorbell->posted;
-}
-
 static int seconds_cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -926,16 +861,20 @@ static int seconds_cmp(const void *a, const void *b)
 }
 
 /*
- * Each doorbell's round trip, from ibv_post_send() to its completion: the
- * write crossing to the server's NIC and the acknowledgement coming back
- * (and, with a window, the wait behind earlier batches).  The median and
- * the 99th percentile (nearest rank), in microseconds, of the first
- * RTT_SAMPLES doorbells.
+ * The stream's summary, and its round trips.  Each doorbell's round trip,
+ * from ibv_post_send() to its completion: the write crossing to the
+ * server's NIC and the acknowledgement coming back (and, with a window,
+ * the wait behind earlier batches).  The median and the 99th percentile
+ * (nearest rank), in microseconds, of the first RTT_SAMPLES doorbells.
  */
-static void rtt_report(struct client *cl)
+static void stream_report(struct client *cl, double seconds)
 {
 	uint32_t n = cl->nrtts;
 
+	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
+	       "writes_per_s=%.0f\n",
+	       cl->opt.writes, cl->completed, seconds,
+	       seconds > 0 ? (double)cl->opt.writes / seconds : 0.0);
 	if (!n)
 		return;
 	qsort(cl->rtts, n, sizeof(*cl->rtts), seconds_cmp);
@@ -944,14 +883,4 @@ static void rtt_report(struct client *cl)
 	       n, cl->rtts[(n - 1) / 2] * 1e6,
 	       cl->rtts[((uint64_t)n * 99 + 99) / 100 - 1] * 1e6,
 	       cl->rtts[n - 1] * 1e6);
-}
-
-/* The stream's summary, and its round trips. */
-static void stream_report(struct client *cl, double seconds)
-{
-	printf("done writes=%" PRIu32 " doorbells=%" PRIu32 " seconds=%.3f "
-	       "writes_per_s=%.0f\n",
-	       cl->opt.writes, cl->completed, seconds,
-	       seconds > 0 ? (double)cl->opt.writes / seconds : 0.0);
-	rtt_report(cl);
 }
