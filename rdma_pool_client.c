@@ -92,12 +92,10 @@ static int slice_refused(struct client *cl, const struct ctrl_msg *reply);
 static int batch_post_each(struct client *cl, struct doorbell *doorbell);
 static void stream_report(struct client *cl, double seconds);
 
-/*
- * The connection manager (librdmacm, "CM") reports a connection's progress
+/* The connection manager (librdmacm, "CM") reports a connection's progress
  * as events on a channel: wait for the next one, check that the protocol
  * expects it, acknowledge it.  What an event points to is valid only until
- * its ack, and rdma_destroy_id() waits for the acks of its id's events.
- */
+ * its ack, and rdma_destroy_id() waits for the acks of its id's events. */
 static int cm_wait(struct client *cl, enum rdma_cm_event_type expected)
 {
 	struct pollfd pfd = { .fd = cl->events->fd, .events = POLLIN };
@@ -218,14 +216,12 @@ static int stream_open(struct client *cl)
 
 #define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */
 #define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
-/*
- * How long the NIC waits for an acknowledgement before it resends, as an
+/* How long the NIC waits for an acknowledgement before it resends, as an
  * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
  * server that vanished mid-stream fails our next work request after about
  * two seconds.  Left alone, the exponent comes from the kernel CM's packet
  * lifetime for RoCE, which depends on the kernel: docs/retry-counts.md
- * reads it off a QP (19 on Linux 6.1: 2.1 s a try).
- */
+ * reads it off a QP (19 on Linux 6.1: 2.1 s a try). */
 #define ACK_TIMEOUT_EXP 16
 
 /* rdma_connect() sends a connect request (CM REQ).  When the reply (REP)
@@ -493,9 +489,7 @@ out:
 	return err ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
-/* ======================================================================== */
-/*                  Beyond the core path: a first read may skip              */
-/* ======================================================================== */
+/* ==== Beyond the core path: a first read may skip ======================= */
 
 /* ---- the command line --------------------------------------------------- */
 
@@ -527,8 +521,7 @@ static void usage(FILE *out)
 		DEFAULT_WINDOW);
 }
 
-/* Fills opt from the arguments, or says what is wrong and fails; --help
- * prints the usage and sets opt->help. */
+/* Fills opt from the arguments, or says what is wrong and fails. */
 static int parse_options(int argc, char **argv, struct options *opt)
 {
 	static const struct option longopts[] = {
@@ -653,13 +646,11 @@ static const char *shown(const char *text, size_t len, char *out, size_t size)
 	return out;
 }
 
-/*
- * cm_wait() got another event than it expected: say what happened, then
+/* cm_wait() got another event than it expected: say what happened, then
  * acknowledge the event (a rejection's reason lives in its private data,
  * only valid until then).  A rejecting server says why in a string, shown
  * escaped: anyone on the network may be that server.  A port nobody
- * listens on is rejected by the remote kernel with zeros.
- */
+ * listens on is rejected by the remote kernel with zeros. */
 static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected)
 {
@@ -685,10 +676,8 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 	return rejected ? -ECONNREFUSED : -EPROTO;
 }
 
-/*
- * A work request failed, named by its wr_id: for a failed completion only
- * wr_id, status and qp_num are defined.
- */
+/* A work request failed, named by its wr_id: for a failed completion only
+ * wr_id, status and qp_num are defined. */
 static int wc_failed(const struct ibv_wc *wc)
 {
 	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
@@ -703,12 +692,10 @@ static int wc_failed(const struct ibv_wc *wc)
 	return -EIO;
 }
 
-/*
- * The reply is no grant: not a RESP_ALLOC at all, a denial (printed, then
+/* The reply is no grant: not a RESP_ALLOC at all, a denial (printed, then
  * the client fails with its status), or too small for one slot.  The
  * status comes from the server: only a small positive number is an errno
- * value (Linux's are below 4096), so anything else is a broken reply.
- */
+ * value (Linux's are below 4096), so anything else is a broken reply. */
 #define MAX_ERRNO 4095
 
 static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
@@ -737,11 +724,9 @@ static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
 
 /* ---- --step, and the send queue's limits -------------------------------- */
 
-/*
- * --step: make demo shows what the kernel holds for both programs while the
+/* --step: make demo shows what the kernel holds for both programs while the
  * connection is up.  Everything stays as it is while we wait: the QP, the
- * slice and the server's view of them.
- */
+ * slice and the server's view of them. */
 static int step_pause(struct client *cl, const char *after)
 {
 	char line[64];
@@ -754,12 +739,9 @@ static int step_pause(struct client *cl, const char *after)
 	return 0;
 }
 
-/*
- * The send queue holds W batches of K work requests: a send queue retires
+/* The send queue holds W batches of K work requests: a send queue retires
  * its entries in order, so a doorbell completing is what frees its own
- * entry and those of the K - 1 unsignaled writes before it.  K x W may be
- * more than the device allows: say so, with the numbers.
- */
+ * entry and those of the K - 1 unsignaled writes before it. */
 static int send_queue_depth(struct client *cl, uint32_t *depth)
 {
 	uint64_t want = (uint64_t)cl->opt.every * cl->opt.window;
@@ -781,11 +763,9 @@ static int send_queue_depth(struct client *cl, uint32_t *depth)
 	return 0;
 }
 
-/*
- * The device may refuse a send queue that max_qp_wr allows: mlx5, for one,
+/* The device may refuse a send queue that max_qp_wr allows: mlx5, for one,
  * reserves room for a larger work request in every entry.  It says only
- * EINVAL; say which numbers made the queue that deep.
- */
+ * EINVAL; say which numbers made the queue that deep. */
 static int qp_fail(struct client *cl, int err)
 {
 	report("rdma_create_qp", err);
@@ -800,12 +780,10 @@ static int qp_fail(struct client *cl, int err)
 
 /* ---- --no-inline and --post-each ---------------------------------------- */
 
-/*
- * --no-inline: the NIC fetches each value from memory when it sends the
+/* --no-inline: the NIC fetches each value from memory when it sends the
  * write, which may be long after ibv_post_send() returned.  So the values
  * must be registered, and each must stay untouched until its batch has
- * completed: one set per doorbell in flight (the ring).
- */
+ * completed: one set per doorbell in flight (the ring). */
 static int values_register(struct client *cl)
 {
 	size_t n = (size_t)cl->opt.every * cl->opt.window;
@@ -817,11 +795,9 @@ static int values_register(struct client *cl)
 	return cl->values_mr ? 0 : fail("ibv_reg_mr(values)", errno);
 }
 
-/*
- * --post-each: one ibv_post_send() per write, not per batch, to measure
+/* --post-each: one ibv_post_send() per write, not per batch, to measure
  * what the list is worth.  The doorbell's round trip starts with the call
- * that carries it.
- */
+ * that carries it. */
 static int batch_post_each(struct client *cl, struct doorbell *doorbell)
 {
 	struct ibv_send_wr *wr, *next, *bad;
@@ -860,13 +836,11 @@ static int seconds_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/*
- * The stream's summary, and its round trips.  Each doorbell's round trip,
+/* The stream's summary, and its round trips.  Each doorbell's round trip,
  * from ibv_post_send() to its completion: the write crossing to the
  * server's NIC and the acknowledgement coming back (and, with a window,
  * the wait behind earlier batches).  The median and the 99th percentile
- * (nearest rank), in microseconds, of the first RTT_SAMPLES doorbells.
- */
+ * (nearest rank), in microseconds, of the first RTT_SAMPLES doorbells. */
 static void stream_report(struct client *cl, double seconds)
 {
 	uint32_t n = cl->nrtts;
