@@ -1,6 +1,4 @@
-/*
- * common.c - see common.h for what lives here and why.
- */
+/* common.c - see common.h for what lives here and why. */
 #include "common.h"
 
 #include <endian.h>
@@ -15,22 +13,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- the control message ------------------------------------------------ */
-
 /*
  * The wire format is the struct's own layout: every field naturally aligned,
  * so the compiler adds no padding, and these checks make sure it never does.
  * That is what lets msg_encode() be a byte swap and a memcpy.
  */
 _Static_assert(sizeof(struct ctrl_msg) == CTRL_MSG_SIZE, "ctrl_msg size");
-_Static_assert(offsetof(struct ctrl_msg, magic) == 0, "magic offset");
-_Static_assert(offsetof(struct ctrl_msg, version) == 4, "version offset");
-_Static_assert(offsetof(struct ctrl_msg, type) == 6, "type offset");
-_Static_assert(offsetof(struct ctrl_msg, size) == 8, "size offset");
-_Static_assert(offsetof(struct ctrl_msg, reserved) == 12, "reserved offset");
-_Static_assert(offsetof(struct ctrl_msg, addr) == 16, "addr offset");
-_Static_assert(offsetof(struct ctrl_msg, rkey) == 24, "rkey offset");
-_Static_assert(offsetof(struct ctrl_msg, status) == 28, "status offset");
+#define AT(field, offset) (offsetof(struct ctrl_msg, field) == (offset))
+_Static_assert(AT(magic, 0) && AT(version, 4) && AT(type, 6), "offsets");
+_Static_assert(AT(size, 8) && AT(reserved, 12) && AT(addr, 16), "offsets");
+_Static_assert(AT(rkey, 24) && AT(status, 28), "offsets");
+#undef AT
 
 void msg_encode(const struct ctrl_msg *msg, void *wire)
 {
@@ -69,14 +62,11 @@ int msg_decode(const void *wire, size_t len, struct ctrl_msg *msg)
 		.rkey = be32toh(be.rkey),
 		.status = be32toh(be.status),
 	};
-	if (msg->magic != CTRL_MAGIC || msg->version != CTRL_VERSION)
-		return -EBADMSG;
-	if (msg->type != CTRL_REQ_ALLOC && msg->type != CTRL_RESP_ALLOC)
+	if (msg->magic != CTRL_MAGIC || msg->version != CTRL_VERSION ||
+	    (msg->type != CTRL_REQ_ALLOC && msg->type != CTRL_RESP_ALLOC))
 		return -EBADMSG;
 	return 0;
 }
-
-/* ---- the chunk pool ----------------------------------------------------- */
 
 #define BITS_PER_WORD 64
 
@@ -87,12 +77,10 @@ static bool chunk_in_use(const struct pool *pool, size_t chunk)
 
 static void chunk_mark(struct pool *pool, size_t chunk, bool in_use)
 {
+	uint64_t *word = &pool->bits[chunk / BITS_PER_WORD];
 	uint64_t bit = UINT64_C(1) << (chunk % BITS_PER_WORD);
 
-	if (in_use)
-		pool->bits[chunk / BITS_PER_WORD] |= bit;
-	else
-		pool->bits[chunk / BITS_PER_WORD] &= ~bit;
+	*word = in_use ? *word | bit : *word & ~bit;
 }
 
 int pool_init(struct pool *pool, size_t bytes)
@@ -111,9 +99,7 @@ int pool_init(struct pool *pool, size_t bytes)
 void pool_destroy(struct pool *pool)
 {
 	free(pool->bits);
-	pool->bits = NULL;
-	pool->nchunks = 0;
-	pool->used = 0;
+	*pool = (struct pool){ 0 };
 }
 
 /*
@@ -130,18 +116,15 @@ int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
 		return -EINVAL;
 	need = (want + POOL_CHUNK_SIZE - 1) / POOL_CHUNK_SIZE;
 
-	for (chunk = 0; chunk < pool->nchunks; chunk++) {
+	for (chunk = 0; chunk < pool->nchunks && run < need; chunk++)
 		run = chunk_in_use(pool, chunk) ? 0 : run + 1;
-		if (run == need)
-			break;
-	}
 	if (run < need)
 		return -ENOMEM;
 
-	for (size_t first = chunk + 1 - need; first <= chunk; first++)
+	for (size_t first = chunk - need; first < chunk; first++)
 		chunk_mark(pool, first, true);
 	pool->used += need;
-	*offset = (chunk + 1 - need) * POOL_CHUNK_SIZE;
+	*offset = (chunk - need) * POOL_CHUNK_SIZE;
 	*granted = need * POOL_CHUNK_SIZE;
 	return 0;
 }
@@ -157,27 +140,20 @@ void pool_free(struct pool *pool, size_t offset, size_t bytes)
 	pool->used -= count;
 }
 
-/* ---- protocol decisions shared by both servers -------------------------- */
-
 /*
  * What a server answers one received control message, in the order the
  * protocol checks: is it a well-formed REQ_ALLOC (-EBADMSG), does the
  * connection already hold a slice (-EBUSY), is the size possible at all
- * (-EINVAL), is there room (-ENOMEM).  On success the slice is taken from
- * the pool and recorded in *slice.  *asked is the size the peer asked for,
- * or 0 if the message could not be read.
+ * (-EINVAL), is there room (-ENOMEM).  *asked is the size the peer asked
+ * for, or 0 if the message could not be read.
  */
 int alloc_request(struct pool *pool, const void *wire, size_t len,
 		  struct slice *slice, uint32_t *asked)
 {
 	struct ctrl_msg req;
-	int err;
 
 	*asked = 0;
-	err = msg_decode(wire, len, &req);
-	if (err)
-		return err;
-	if (req.type != CTRL_REQ_ALLOC)
+	if (msg_decode(wire, len, &req) || req.type != CTRL_REQ_ALLOC)
 		return -EBADMSG;
 	*asked = req.size;
 	if (slice->len)
@@ -213,8 +189,6 @@ const char *slot_verdict_name(enum slot_verdict verdict)
 	return "MISMATCH";
 }
 
-/* ---- completions -------------------------------------------------------- */
-
 #define NAME(x) [x] = #x /* NAME(X) is [X] = "X": each name written once */
 
 /*
@@ -242,7 +216,6 @@ const char *wc_status_name(enum ibv_wc_status status)
 	return "IBV_WC_(unknown)";
 }
 
-/* The asynchronous events' names, as wc_status_name() does for statuses. */
 const char *async_event_name(enum ibv_event_type type)
 {
 	static const char *const names[] = {
@@ -275,18 +248,14 @@ const char *async_event_name(enum ibv_event_type type)
 
 #undef NAME
 
-/* ---- reports that never block ------------------------------------------- */
-
 #define SAY_LINE_MAX 512 /* a report line is far shorter */
 
 /*
- * Write a line now, or not at all: poll() says whether fd takes more
- * without blocking: a pipe with room for a line (a line of at most
- * PIPE_BUF bytes goes in whole), a file, a terminal that is not stopped.
- * If not, -1 with errno EAGAIN: the line is dropped, not waited for, so a
- * reader that stalls cannot stop the server's loop.  A pipe whose reader
- * has gone polls as an error, and write() then fails with EPIPE (the
- * servers ignore SIGPIPE, which would otherwise end them).
+ * poll() says whether fd takes more without blocking: a pipe with room for a
+ * line (a line of at most PIPE_BUF bytes goes in whole), a file, a terminal
+ * that is not stopped.  If not, -1 with errno EAGAIN.  A pipe whose reader has
+ * gone polls as an error, and write() then fails with EPIPE (the servers
+ * ignore SIGPIPE, which would otherwise end them).
  */
 static ssize_t line_put(int fd, const char *line, size_t len)
 {
@@ -299,7 +268,6 @@ static ssize_t line_put(int fd, const char *line, size_t len)
 	return write(fd, line, len);
 }
 
-/* A report on stdout: a line dropped is counted, a reader gone noted. */
 void say(struct outlet *out, const char *fmt, ...)
 {
 	char line[SAY_LINE_MAX];
@@ -316,8 +284,6 @@ void say(struct outlet *out, const char *fmt, ...)
 		out->dropped++;
 	}
 }
-
-/* ---- small utilities ---------------------------------------------------- */
 
 /* A monotonic clock in seconds, for timeouts and round trips. */
 double now_seconds(void)
@@ -338,11 +304,9 @@ int parse_u64(const char *text, uint64_t max, uint64_t *value)
 	unsigned long long v;
 	char *end;
 
-	if (text[0] < '0' || text[0] > '9')
-		return -EINVAL;
 	errno = 0;
 	v = strtoull(text, &end, 10);
-	if (*end != '\0')
+	if (text[0] < '0' || text[0] > '9' || *end != '\0')
 		return -EINVAL;
 	if (errno == ERANGE || v > max)
 		return -ERANGE;
@@ -350,10 +314,7 @@ int parse_u64(const char *text, uint64_t max, uint64_t *value)
 	return 0;
 }
 
-/*
- * A command-line number from min to max, or a message that names what was
- * wrong with it and -EINVAL.
- */
+/* A number from min to max, or a message naming what is wrong and -EINVAL. */
 int parse_number(const char *what, const char *text, uint64_t min, uint64_t max,
 		 uint64_t *value)
 {
@@ -402,13 +363,12 @@ static void memlock_hint(void)
 }
 
 /*
- * Idiom 1 (common.h): "program: what: reason" on stderr, and -err.  The
- * errno value is an argument, taken before anything else can overwrite it.
- * Two failures get a line of advice, being the commonest troubles: no RDMA
- * stack at all (no /dev/infiniband/rdma_cm: rdma_create_event_channel()
- * says ENODEV or ENOENT), and a locked-memory limit too low to register
- * memory.  A call that failed with errno 0 still failed: -EIO, never 0,
- * which every caller would take for success.
+ * Idiom 1 (common.h).  The errno value is an argument, taken before anything
+ * else can overwrite it.  Two failures get a line of advice: no RDMA stack at
+ * all (no /dev/infiniband/rdma_cm: rdma_create_event_channel() says ENODEV
+ * or ENOENT), and a locked-memory limit too low to register memory.  A call
+ * that failed with errno 0 still failed: -EIO, never 0, which every caller
+ * would take for success.
  */
 int fail(const char *what, int err)
 {
@@ -435,7 +395,6 @@ void report(const char *what, int err)
  * Idiom 3 (common.h): one step of a teardown returned ret, and err is the
  * first error of the run so far.  ret is 0, an errno value (what failed:
  * reported here), or a negative errno value (reported where it happened).
- * Gives back err if there was one, else ret as a negative errno value.
  */
 int undo(int err, const char *what, int ret)
 {
@@ -446,15 +405,13 @@ int undo(int err, const char *what, int ret)
 
 /*
  * Without an RDMA device the connection manager fails with a bare "No such
- * device", or worse, a server listens happily and never hears a thing.  Say
- * what is missing and how to get it.
+ * device", or worse, a server listens happily and never hears a thing.
  */
 int devices_check(void)
 {
-	struct ibv_device **list;
 	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
 
-	list = ibv_get_device_list(&n);
 	if (list)
 		ibv_free_device_list(list);
 	if (n > 0)
@@ -463,8 +420,7 @@ int devices_check(void)
 	return -ENODEV;
 }
 
-/* Any other error: "program: message" on stderr, written as say() writes:
- * a reader of stderr that stalls loses the line and stops nothing. */
+/* Any other error: "program: message" on stderr, written as say() writes. */
 void errorf(const char *fmt, ...)
 {
 	char line[SAY_LINE_MAX];

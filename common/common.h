@@ -10,16 +10,14 @@
  *   - say(): a report line that never blocks;
  *   - number parsing for command lines, and the three error idioms below.
  *
- * Everything here is plain C over libibverbs types; only devices_check()
- * talks to the verbs library.  (What the two servers share besides is in
- * server.h.)
+ * Everything here is plain C over libibverbs types; only devices_check() talks
+ * to the verbs library.  (What the two servers share besides is in server.h.)
  *
  * The three error idioms of the three programs:
- *
- * 1. A function that can fail returns 0 or a negative errno value.  Where
- *    a call fails, fail() reports it once, on stderr, naming the call and
- *    the reason ("rdma_pool_server: ibv_reg_mr(pool): Cannot allocate
- *    memory"), and gives back -err for the caller to pass up or act on:
+ * 1. A function that can fail returns 0 or a negative errno value.  Where a
+ *    call fails, fail() reports it once on stderr, naming the call and the
+ *    reason ("rdma_pool_server: ibv_reg_mr(pool): Cannot allocate memory"),
+ *    and gives back -err for the caller to pass up or act on:
  *        if (!cq)
  *                return fail("ibv_create_cq", errno);
  *    errorf() reports what no call's errno says (a bad argument, a reply
@@ -34,9 +32,8 @@
  *    keeps the first error of the run:
  *        err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(cq));
  *    A function that sets up several things undoes them by a goto ladder
- *    whose labels name what they undo (main()); a function that undoes an
- *    object (verbs_close()) checks each part, so that a half-built one is
- *    undone too.
+ *    whose labels name what they undo (main()); one that undoes an object
+ *    (verbs_close()) checks each part, so a half-built one is undone too.
  */
 #ifndef RDMA_POOL_COMMON_H
 #define RDMA_POOL_COMMON_H
@@ -48,9 +45,6 @@
 #include <infiniband/verbs.h>
 
 #define DEFAULT_PORT 7471
-
-/* ---- the control message ------------------------------------------------ */
-
 #define CTRL_MAGIC 0x52444d41u /* "RDMA" in ASCII, read big-endian */
 #define CTRL_VERSION 1
 #define CTRL_MSG_SIZE 32
@@ -80,8 +74,6 @@ struct ctrl_msg {
 void msg_encode(const struct ctrl_msg *msg, void *wire);
 int msg_decode(const void *wire, size_t len, struct ctrl_msg *msg);
 
-/* ---- the chunk pool ----------------------------------------------------- */
-
 #define POOL_CHUNK_SIZE 4096
 #define DEFAULT_POOL_SIZE (4u << 20) /* 4 MiB = 1024 chunks */
 
@@ -98,12 +90,7 @@ int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
 	       size_t *granted);
 void pool_free(struct pool *pool, size_t offset, size_t bytes);
 
-/* ---- protocol decisions shared by both servers -------------------------- */
-
-/*
- * A connection's slice of the pool: offset and length in bytes, len == 0
- * while it holds none.
- */
+/* A connection's slice of the pool, in bytes: len == 0 while it holds none. */
 struct slice {
 	size_t off;
 	size_t len;
@@ -121,12 +108,8 @@ enum slot_verdict {
 enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots);
 const char *slot_verdict_name(enum slot_verdict verdict);
 
-/* ---- completions -------------------------------------------------------- */
-
 const char *wc_status_name(enum ibv_wc_status status);
 const char *async_event_name(enum ibv_event_type type);
-
-/* ---- reports that never block ------------------------------------------- */
 
 /*
  * A server prints a line per doorbell; if whoever reads its stdout falls
@@ -142,8 +125,6 @@ struct outlet {
 
 void say(struct outlet *out, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-
-/* ---- small utilities ---------------------------------------------------- */
 
 double now_seconds(void);
 int parse_u64(const char *text, uint64_t max, uint64_t *value);
