@@ -75,7 +75,6 @@ int main(int argc, char **argv)
 	struct server srv = { .sigfd = -1 };
 	int err;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	err = parse_options(argc, argv, false, &srv.opt); /* no CQ to wait on */
 	if (err || srv.opt.help)
 		goto out;
@@ -638,16 +637,14 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
-/*
- * Each connection, once a turn.  Past its next deadline (conn_due()): closed,
+/* Each connection, once a turn.  Past its next deadline (conn_due()): closed,
  * or sent a keepalive probe.  Closed and quiet: destroyed as the verbs ask
  * for a QP on an SRQ: error state, LAST_WQE_REACHED, the CQ drained of its
  * last completions (a destroy would lose them: mlx5 deletes them), destroy.
  * Under a flood a pass of cq_drain() may leave some (dev->cq_more), but a
  * CQ is first in, first out: once as many as it holds have been taken since
  * the QP went quiet, its own are out.  *next: when the next deadline falls
- * (INFINITY: none).
- */
+ * (INFINITY: none). */
 static int conns_walk(struct server *srv, double *next)
 {
 	struct conn **link = &srv->conns, *conn;

@@ -5,9 +5,8 @@
  * until the connection manager (CM), or a device's completion queue (CQ)
  * or its own events, have news.  The core path, in the order it runs:
  *
- *   main          listen_open; serve, the event loop, which sleeps as long
- *                 as poll_timeout says; at the end, conns_end and
- *                 verbs_close for each device
+ *   main          listen_open; serve, which sleeps in poll() (poll_timeout);
+ *                 at the end, conns_end and verbs_close for each device
  *   cm_handle     a connect request (the first through a device opens it:
  *                 verbs_open, replies_open; each gets a QP: conn_create),
  *                 or a client gone (conn_close)
@@ -16,8 +15,8 @@
  *   cq_event      get the CQ's event, ack it, drain the CQ, re-arm it, or
  *                 poll on unarmed
  *   cq_drain      each completion: on_request and reply_send (a registered
- *                 buffer: reply_buffer_take, reply_buffer_put), on_doorbell,
- *                 or a failure (conn_close)
+ *                 buffer, freed by reply_buffer_put), on_doorbell, or a
+ *                 failure (conn_close)
  *   conns_walk    each connection, once a turn: at a deadline, a close or
  *                 a keepalive probe; once closed and conn_quiet,
  *                 conn_destroy
@@ -70,7 +69,6 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 		       uint32_t len);
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply);
-static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr);
 static void reply_buffer_put(struct conn *conn, uint64_t wr_id);
 static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
 static int conns_walk(struct server *srv, double *next);
@@ -84,7 +82,6 @@ int main(int argc, char **argv)
 	struct server srv = { .sigfd = -1 };
 	int err;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	err = parse_options(argc, argv, true, &srv.opt); /* --busy-poll-us */
 	if (err || srv.opt.help)
 		goto out;
@@ -141,9 +138,9 @@ static int listen_open(struct server *srv)
 }
 
 /* Sleep in poll() until a CM event or a signal, or a CQ or async event of
- * a device in use, or the next deadline (conns_walk(), poll_timeout()):
- * two fds for each device, from its first client on.  Until SIGINT or
- * SIGTERM, or until the reader of stdout is gone (say() met EPIPE). */
+ * a device in use (two fds each, from the turn it opens), or the next
+ * deadline (poll_timeout()).  Until SIGINT or SIGTERM, or until the reader
+ * of stdout is gone (say() met EPIPE). */
 static int serve(struct server *srv)
 {
 	enum { CM, SIG, DEVICES }; /* then each device's CQ and ASYNC */
@@ -156,24 +153,15 @@ static int serve(struct server *srv)
 	double due = INFINITY;
 
 	while (signo != SIGINT && signo != SIGTERM && !srv->out.closed) {
-		unsigned int n = srv->ndevices; /* cm_handle() may open one */
+		int nfds = DEVICES + 2 * (int)srv->ndevices;
 
-		for (unsigned int i = 0; i < n; i++) {
-			struct device *dev = &srv->devices[i];
-			struct pollfd *f = &fds[DEVICES + 2 * i];
-
-			f[CQ] = (struct pollfd){ .fd = dev->comp->fd,
-						 .events = POLLIN };
-			f[ASYNC] = (struct pollfd){ .fd = dev->verbs->async_fd,
-						    .events = POLLIN };
-		}
-		if (poll(fds, DEVICES + 2 * n, poll_timeout(srv, due)) < 0) {
+		if (poll(fds, (nfds_t)nfds, poll_timeout(srv, due)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return fail("poll", errno);
 		}
 		err = fds[CM].revents ? cm_handle(srv) : 0;
-		for (unsigned int i = 0; i < n && err >= 0; i++) {
+		for (unsigned int i = 0; i < srv->ndevices && err >= 0; i++) {
 			struct device *dev = &srv->devices[i];
 			struct pollfd *f = &fds[DEVICES + 2 * i];
 
@@ -182,6 +170,9 @@ static int serve(struct server *srv)
 			if (err >= 0 &&
 			    (f[CQ].revents || dev->spinning || dev->cq_more))
 				err = cq_event(srv, dev, f[CQ].revents);
+			f[CQ].fd = dev->comp->fd; /* for the next poll() */
+			f[ASYNC].fd = dev->verbs->async_fd;
+			f[CQ].events = f[ASYNC].events = POLLIN;
 		}
 		if (err >= 0)
 			err = conns_walk(srv, &due);
@@ -201,10 +192,8 @@ static int serve(struct server *srv)
 
 #define REAP_MS 100 /* how often to look at closing connections */
 
-/* How long poll() may sleep, in ms: not at all while cq_event() polls, or
- * while the CQ holds more than one pass took (cq_drain()); REAP_MS at most
- * while QPs are closing; else till the next deadline, due, if any (-1:
- * poll()'s "no timeout"). */
+/* How long poll() may sleep, in ms: 0 while a CQ is polled unarmed or has
+ * more; at most REAP_MS while QPs close; else till due (-1: no deadline). */
 static int poll_timeout(struct server *srv, double due)
 {
 	double ms = (due - now_seconds()) * 1e3;
@@ -220,8 +209,7 @@ static int poll_timeout(struct server *srv, double due)
 }
 
 /* What is in use, after SIGUSR1 or at the end after signo: a line for each
- * device in use, then the sums of them all; each with the reply buffers
- * free of all there are. */
+ * device in use, then the sums; each with its reply buffers free. */
 static void stats_print(struct server *srv, int signo)
 {
 	uint32_t each = srv->opt.max_conns * SEND_DEPTH, free_all = 0;
@@ -436,7 +424,9 @@ static int cq_open(struct server *srv, struct device *dev)
 
 /* Replies from registered buffers (inline, the polling server's, suits
  * only small messages), on a stack of free ones: the device may read a
- * buffer until its send completes, so it is taken till that wr_id. */
+ * buffer until its send completes, so it is taken till that wr_id.  Enough
+ * for every reply in flight: SEND_DEPTH (reply_room()) for each connection
+ * that can still send, of which conn_refusal() lets in --max-conns. */
 static int replies_open(struct server *srv, struct device *dev)
 {
 	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
@@ -579,16 +569,12 @@ static int async_handle(struct server *srv, struct device *dev)
 	return ret;
 }
 
-/*
- * The armed CQ got a completion (woken), or it is polled unarmed, or the
- * last pass left some: get the event (a read() of the channel), ack it
- * (ibv_destroy_cq() waits for the acks), drain the CQ, re-arm it, drain
- * again: the re-arm missed those.  Hybrid polling: after a wake-up the CQ
- * stays unarmed (dev->spinning: serve() calls again at once) until no
- * completion has come for --busy-poll-us, which must outlast the gap
- * between one client's doorbells (docs/performance.md); and while a pass
- * stops at its bound: an unarmed CQ raises no event.
- */
+/* The armed CQ got a completion (woken), or it is polled unarmed: get the
+ * event (a read() of the channel), ack it (ibv_destroy_cq() waits for the
+ * acks), drain the CQ, re-arm it, drain again: the re-arm missed those.
+ * Hybrid polling: after a wake-up the CQ stays unarmed (dev->spinning:
+ * serve() calls again at once) while a pass stops at its bound, and until
+ * no completion has come for --busy-poll-us (docs/performance.md). */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
@@ -622,9 +608,8 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 
 /* The heart of the server: the CQ polled until it is empty, each completion
  * a client waiting, or for about one SRQ depth of completions at most
- * (dev->cq_more: then serve() comes back at once, for an armed CQ raises
- * no event for completions already there).  How many, or the first error,
- * once the rest of its batch is handled. */
+ * (dev->cq_more: serve() comes back at once, for an armed CQ raises no
+ * event for those already there).  How many, or the first error. */
 static int cq_drain(struct server *srv, struct device *dev)
 {
 	struct ibv_wc wc[CQ_BATCH];
@@ -723,13 +708,17 @@ static void on_request(struct server *srv, struct conn *conn, const void *buf,
 	reply_send(srv, conn, &reply);
 }
 
-/* Signaled: its completion frees its send queue entry, and its buffer,
- * which the device may read until then (rxe on 6.1 mostly reads it within
- * the call; a retransmission reads it again). */
+/* Signaled: its completion frees its send queue entry, and its buffer (off
+ * the device's stack of free ones, named by wr_id), which the device may
+ * read until then: rxe on 6.1 mostly within the call, again to resend. */
 static void reply_send(struct server *srv, struct conn *conn,
 		       const struct ctrl_msg *reply)
 {
-	struct ibv_sge sge = { .length = CTRL_MSG_SIZE };
+	struct device *dev = conn->dev;
+	struct ibv_sge sge = {
+		.length = CTRL_MSG_SIZE,
+		.lkey = dev->send_mr->lkey,
+	};
 	struct ibv_send_wr wr = {
 		.sg_list = &sge,
 		.num_sge = 1,
@@ -737,14 +726,17 @@ static void reply_send(struct server *srv, struct conn *conn,
 		.send_flags = IBV_SEND_SIGNALED,
 	}, *bad;
 	int ret = reply_room(conn); /* it may ask faster than it takes them */
+	uint32_t index;
 
-	if (!ret && !conn->dev->nsend_free) /* --max-conns rules it out */
-		ret = fail("reply_send: every reply buffer", ENOBUFS);
 	if (ret) {
 		conn_close(srv, conn, NULL);
 		return;
 	}
-	msg_encode(reply, reply_buffer_take(conn, &wr));
+	index = dev->send_free[--dev->nsend_free];
+	dev->send_owner[index] = conn;
+	wr.wr_id = WRID_SEND | index;
+	sge.addr = (uintptr_t)(dev->send_bufs + index * CTRL_MSG_SIZE);
+	msg_encode(reply, dev->send_bufs + index * CTRL_MSG_SIZE);
 	ret = ibv_post_send(conn->id->qp, &wr, &bad);
 	if (ret) {
 		reply_buffer_put(conn, wr.wr_id);
@@ -755,30 +747,17 @@ static void reply_send(struct server *srv, struct conn *conn,
 	conn->sending++;
 }
 
-/* A free buffer of conn's device (reply_send() saw one), named in wr:
- * wr_id, SGE. */
-static uint8_t *reply_buffer_take(struct conn *conn, struct ibv_send_wr *wr)
-{
-	struct device *dev = conn->dev;
-	uint32_t index = dev->send_free[--dev->nsend_free];
-
-	dev->send_owner[index] = conn;
-	wr->wr_id = WRID_SEND | index;
-	wr->sg_list->addr = (uintptr_t)(dev->send_bufs + index * CTRL_MSG_SIZE);
-	wr->sg_list->lkey = dev->send_mr->lkey;
-	return dev->send_bufs + index * CTRL_MSG_SIZE;
-}
-
 /* wr_id's buffer is free again, if conn still holds it (conn_destroy()
  * gives back those of sends it abandoned). */
 static void reply_buffer_put(struct conn *conn, uint64_t wr_id)
 {
 	struct device *dev = conn ? conn->dev : NULL;
+	uint32_t index = WRID_INDEX(wr_id);
 
-	if (!conn || dev->send_owner[WRID_INDEX(wr_id)] != conn)
-		return;
-	dev->send_owner[WRID_INDEX(wr_id)] = NULL;
-	dev->send_free[dev->nsend_free++] = WRID_INDEX(wr_id);
+	if (dev && dev->send_owner[index] == conn) {
+		dev->send_owner[index] = NULL;
+		dev->send_free[dev->nsend_free++] = index;
+	}
 }
 
 /* The NIC completes the doorbell's receive only once its write, and all
@@ -796,16 +775,14 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
-/*
- * Each connection, once a turn.  Past its next deadline (conn_due()): closed,
+/* Each connection, once a turn.  Past its next deadline (conn_due()): closed,
  * or sent a keepalive probe.  Closed and quiet: destroyed as the verbs ask
  * for a QP on an SRQ: error state, LAST_WQE_REACHED, the CQ drained of its
  * last completions (a destroy would lose them: mlx5 deletes them), destroy.
  * Under a flood a pass of cq_drain() may leave some (dev->cq_more), but a
  * CQ is first in, first out: once as many as it holds have been taken since
  * the QP went quiet, its own are out.  *next: when the next deadline falls
- * (INFINITY: none).
- */
+ * (INFINITY: none). */
 static int conns_walk(struct server *srv, double *next)
 {
 	struct conn **link = &srv->conns, *conn;
@@ -846,16 +823,15 @@ static int conns_walk(struct server *srv, double *next)
 }
 
 /* Give back what a quiet connection held (a write the NIC was placing in
- * its slice when the QP stopped has landed by now); destroy QP and id. */
+ * its slice when the QP stopped has landed by now), and the buffers of
+ * sends it abandoned; destroy QP and id. */
 static int conn_destroy(struct server *srv, struct conn *conn, double now)
 {
 	int err = slice_key_drop(conn);
 
 	if (conn->slice.len)
 		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
-	for (uint32_t i = 0;
-	     conn->sending && i < srv->opt.max_conns * SEND_DEPTH;
-	     i++) /* sends abandoned: their buffers are free again */
+	for (uint32_t i = 0; i < srv->opt.max_conns * SEND_DEPTH; i++)
 		reply_buffer_put(conn, WRID_SEND | i);
 	destroy_print(srv, conn, now);
 	srv->nclosing--;

@@ -44,14 +44,12 @@ static int listen_fail(struct server *srv, bool wildcard, int err)
 	return -err;
 }
 
-/*
- * Bind the listener to -a ADDR (an address of either family, or a name:
+/* Bind the listener to -a ADDR (an address of either family, or a name:
  * its first address) and --port.  The default, "::", is every address of
  * both families: an IPv6 wildcard hears IPv4 connect requests too once
  * RDMA_OPTION_ID_AFONLY is 0, set here rather than left to the sysctl
  * net.ipv6.bindv6only, which rdma_bind_addr() follows otherwise (the
- * kernel's cma.c: rdma_bind_addr(), cma_match_private_data()).
- */
+ * kernel's cma.c: rdma_bind_addr(), cma_match_private_data()). */
 int listener_bind(struct server *srv)
 {
 	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
@@ -151,8 +149,7 @@ static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
 	return oldest;
 }
 
-/*
- * A QP that the server finds in the error state before it put it there
+/* A QP that the server finds in the error state before it put it there
  * broke for its peer's reasons: a write with a key that does not open
  * where it points (a guessed key: under --isolation mr, 1 in 256 is
  * right), a message too long, a peer that stopped acknowledging.  Every
@@ -160,8 +157,7 @@ static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
  * more for the peer's address; --breaks-per-source of them within a
  * minute, and the address is refused until that minute is over
  * (conn_refusal()).  Cost: a query of the QP per close, and BREAK_SOURCES
- * records, whose oldest a new address takes.
- */
+ * records, whose oldest a new address takes. */
 void breaks_count(struct server *srv, struct conn *conn)
 {
 	const struct sockaddr *from = rdma_get_peer_addr(conn->id);
@@ -191,14 +187,12 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
 	       now_seconds() - b->since < BREAK_WINDOW_S;
 }
 
-/*
- * Why a connect request must be refused, or NULL if it may come in: it
+/* Why a connect request must be refused, or NULL if it may come in: it
  * came through a device not in use yet that cannot take the settings
  * (device_refusal()), or MAX_DEVICES are in use already; or its address
  * has --handshakes-per-source connections in their handshake already (a
  * half-open peer would take again at once the place its deadline freed),
- * or broke too many (breaks_count()); or the server is full.
- */
+ * or broke too many (breaks_count()); or the server is full. */
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 {
 	const char *why = NULL;

@@ -13,11 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/*
- * The wire format is the struct's own layout: every field naturally aligned,
+/* The wire format is the struct's own layout: every field naturally aligned,
  * so the compiler adds no padding, and these checks make sure it never does.
- * That is what lets msg_encode() be a byte swap and a memcpy.
- */
+ * That is what lets msg_encode() be a byte swap and a memcpy. */
 _Static_assert(sizeof(struct ctrl_msg) == CTRL_MSG_SIZE, "ctrl_msg size");
 #define AT(field, offset) (offsetof(struct ctrl_msg, field) == (offset))
 _Static_assert(AT(magic, 0) && AT(version, 4) && AT(type, 6), "offsets");
@@ -41,10 +39,8 @@ void msg_encode(const struct ctrl_msg *msg, void *wire)
 	memcpy(wire, &be, sizeof(be));
 }
 
-/*
- * A message is exactly one ctrl_msg: a shorter or longer one, a foreign
- * magic, another version or a type we do not know is -EBADMSG.
- */
+/* A message is exactly one ctrl_msg: a shorter or longer one, a foreign
+ * magic, another version or a type we do not know is -EBADMSG. */
 int msg_decode(const void *wire, size_t len, struct ctrl_msg *msg)
 {
 	struct ctrl_msg be;
@@ -102,11 +98,9 @@ void pool_destroy(struct pool *pool)
 	*pool = (struct pool){ 0 };
 }
 
-/*
- * First fit: the lowest run of free chunks long enough for want bytes,
+/* First fit: the lowest run of free chunks long enough for want bytes,
  * rounded up to whole chunks.  Walking bit by bit is plenty for a pool of a
- * few thousand chunks that changes once per connection.
- */
+ * few thousand chunks that changes once per connection. */
 int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
 	       size_t *granted)
 {
@@ -140,13 +134,11 @@ void pool_free(struct pool *pool, size_t offset, size_t bytes)
 	pool->used -= count;
 }
 
-/*
- * What a server answers one received control message, in the order the
+/* What a server answers one received control message, in the order the
  * protocol checks: is it a well-formed REQ_ALLOC (-EBADMSG), does the
  * connection already hold a slice (-EBUSY), is the size possible at all
  * (-EINVAL), is there room (-ENOMEM).  *asked is the size the peer asked
- * for, or 0 if the message could not be read.
- */
+ * for, or 0 if the message could not be read. */
 int alloc_request(struct pool *pool, const void *wire, size_t len,
 		  struct slice *slice, uint32_t *asked)
 {
@@ -161,12 +153,10 @@ int alloc_request(struct pool *pool, const void *wire, size_t len,
 	return pool_alloc(pool, req.size, &slice->off, &slice->len);
 }
 
-/*
- * The client writes value i into slot (i - 1) mod slots and rings doorbell
+/* The client writes value i into slot (i - 1) mod slots and rings doorbell
  * seq = i with its last write, so when the doorbell completes the slot of
  * seq holds seq.  If the client has since gone a whole lap round its slice,
- * the slot holds seq plus a multiple of slots: late, but not wrong.
- */
+ * the slot holds seq plus a multiple of slots: late, but not wrong. */
 enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots)
 {
 	if (value == seq)
@@ -191,10 +181,8 @@ const char *slot_verdict_name(enum slot_verdict verdict)
 
 #define NAME(x) [x] = #x /* NAME(X) is [X] = "X": each name written once */
 
-/*
- * ibv_wc_status_str() gives a sentence; these are the names a reader can
- * look up in <infiniband/verbs.h> and the verbs manual.
- */
+/* ibv_wc_status_str() gives a sentence; these are the names a reader can
+ * look up in <infiniband/verbs.h> and the verbs manual. */
 const char *wc_status_name(enum ibv_wc_status status)
 {
 	static const char *const names[] = {
@@ -250,13 +238,11 @@ const char *async_event_name(enum ibv_event_type type)
 
 #define SAY_LINE_MAX 512 /* a report line is far shorter */
 
-/*
- * poll() says whether fd takes more without blocking: a pipe with room for a
+/* poll() says whether fd takes more without blocking: a pipe with room for a
  * line (a line of at most PIPE_BUF bytes goes in whole), a file, a terminal
  * that is not stopped.  If not, -1 with errno EAGAIN.  A pipe whose reader has
  * gone polls as an error, and write() then fails with EPIPE (the servers
- * ignore SIGPIPE, which would otherwise end them).
- */
+ * ignore SIGPIPE, which would otherwise end them). */
 static ssize_t line_put(int fd, const char *line, size_t len)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
@@ -294,11 +280,9 @@ double now_seconds(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/*
- * A whole decimal number, nothing before or after it, at most max.
+/* A whole decimal number, nothing before or after it, at most max.
  * strtoull() alone would take " 12", "+12", "-12" (as a huge value) and
- * "12abc"; a command line should take none of them.
- */
+ * "12abc"; a command line should take none of them. */
 int parse_u64(const char *text, uint64_t max, uint64_t *value)
 {
 	unsigned long long v;
@@ -341,13 +325,11 @@ static void devices_hint(void)
 	       "scripts/soft-roce.sh, which does it for you");
 }
 
-/*
- * Registering memory pins its pages in RAM (the NIC may access them at any
+/* Registering memory pins its pages in RAM (the NIC may access them at any
  * moment, so they must never be swapped out or moved), and the kernel lets
  * an unprivileged process pin at most RLIMIT_MEMLOCK bytes: past that,
  * ibv_reg_mr() fails with ENOMEM.  A process with CAP_IPC_LOCK (which root
- * has, unless a container drops it) is exempt.
- */
+ * has, unless a container drops it) is exempt. */
 static void memlock_hint(void)
 {
 	struct rlimit lim;
@@ -362,14 +344,12 @@ static void memlock_hint(void)
 		       (unsigned long long)lim.rlim_cur / 1024);
 }
 
-/*
- * Idiom 1 (common.h).  The errno value is an argument, taken before anything
+/* Idiom 1 (common.h).  The errno value is an argument, taken before anything
  * else can overwrite it.  Two failures get a line of advice: no RDMA stack at
  * all (no /dev/infiniband/rdma_cm: rdma_create_event_channel() says ENODEV
  * or ENOENT), and a locked-memory limit too low to register memory.  A call
  * that failed with errno 0 still failed: -EIO, never 0, which every caller
- * would take for success.
- */
+ * would take for success. */
 int fail(const char *what, int err)
 {
 	if (!err) {
@@ -391,11 +371,9 @@ void report(const char *what, int err)
 	fail(what, err);
 }
 
-/*
- * Idiom 3 (common.h): one step of a teardown returned ret, and err is the
+/* Idiom 3 (common.h): one step of a teardown returned ret, and err is the
  * first error of the run so far.  ret is 0, an errno value (what failed:
- * reported here), or a negative errno value (reported where it happened).
- */
+ * reported here), or a negative errno value (reported where it happened). */
 int undo(int err, const char *what, int ret)
 {
 	if (ret > 0)
@@ -403,10 +381,8 @@ int undo(int err, const char *what, int ret)
 	return err ? err : ret;
 }
 
-/*
- * Without an RDMA device the connection manager fails with a bare "No such
- * device", or worse, a server listens happily and never hears a thing.
- */
+/* Without an RDMA device the connection manager fails with a bare "No such
+ * device", or worse, a server listens happily and never hears a thing. */
 int devices_check(void)
 {
 	int n = 0;

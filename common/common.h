@@ -54,12 +54,10 @@ enum ctrl_type {
 	CTRL_RESP_ALLOC = 2, /* server -> client: status, addr, rkey, size */
 };
 
-/*
- * The fields in the order and at the offsets they have on the wire (checked
+/* The fields in the order and at the offsets they have on the wire (checked
  * at compile time in common.c).  In memory they hold host-order values;
  * msg_encode() and msg_decode() convert every field to and from big-endian,
- * so the two ends agree whatever CPUs they run on.
- */
+ * so the two ends agree whatever CPUs they run on. */
 struct ctrl_msg {
 	uint32_t magic;
 	uint16_t version;
@@ -111,13 +109,11 @@ const char *slot_verdict_name(enum slot_verdict verdict);
 const char *wc_status_name(enum ibv_wc_status status);
 const char *async_event_name(enum ibv_event_type type);
 
-/*
- * A server prints a line per doorbell; if whoever reads its stdout falls
+/* A server prints a line per doorbell; if whoever reads its stdout falls
  * behind, a plain printf() would block the loop that serves every client.
  * say() writes a line only if stdout can take it now, and counts the
  * lines it drops; a reader gone (EPIPE) is noted, for the server to stop.
- * errorf() and fail() write to stderr the same way.
- */
+ * errorf() and fail() write to stderr the same way. */
 struct outlet {
 	uint64_t dropped;
 	bool closed;

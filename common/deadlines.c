@@ -10,8 +10,7 @@
 
 #include "common/server.h"
 
-/*
- * A connection not ESTABLISHED --handshake-timeout-ms after its accept (its
+/* A connection not ESTABLISHED --handshake-timeout-ms after its accept (its
  * peer never sent the RTU) is closed, and so is one that sent no request
  * --request-timeout-ms after it (a client asks for its slice at once).
  * Then a connection gets a probe every --keepalive-ms: a client that only
@@ -21,8 +20,7 @@
  * NIC has acknowledged it and every send before it (a send queue completes
  * in order); one still unanswered --keepalive-ms later closes the
  * connection.  The cost: a packet and its acknowledgement per connection
- * every --keepalive-ms.
- */
+ * every --keepalive-ms. */
 struct due conn_due(const struct options *opt, const struct conn *conn)
 {
 	double keepalive = opt->keepalive_ms / 1e3;
@@ -55,13 +53,11 @@ const char *deadline_name(enum deadline what)
 	return names[what];
 }
 
-/*
- * A keepalive probe: an RDMA WRITE of no bytes, which the peer's NIC
+/* A keepalive probe: an RDMA WRITE of no bytes, which the peer's NIC
  * acknowledges without its program, its memory or a receive: a zero-length
  * RDMA operation carries no key to check (the IB spec's C9-88, as rxe's
  * check_rkey() has it), and the connection manager gives every connected
- * QP remote write access (the kernel's cm.c, cm_init_qp_init_attr()).
- */
+ * QP remote write access (the kernel's cm.c, cm_init_qp_init_attr()). */
 int probe_send(struct conn *conn, double now)
 {
 	struct ibv_send_wr wr = {
@@ -79,8 +75,7 @@ int probe_send(struct conn *conn, double now)
 	return 0;
 }
 
-/*
- * A completion came on a connection whose RTU the CM has not reported: the
+/* A completion came on a connection whose RTU the CM has not reported: the
  * client sends, so it has our REP.  Were its RTU lost, the handshake
  * deadline could close a client that works.  The completion proves what
  * the RTU would: rdma_notify(IBV_EVENT_COMM_EST) tells the CM so
@@ -88,8 +83,7 @@ int probe_send(struct conn *conn, double now)
  * librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU).  A device may
  * raise IBV_EVENT_COMM_EST for the first receive of such a QP, answered
  * here too; rxe raises none.  EISCONN: the RTU came first, and its event is
- * on its way; EINVAL: the connection is ending.
- */
+ * on its way; EINVAL: the connection is ending. */
 void handshake_finish(struct conn *conn)
 {
 	if (rdma_notify(conn->id, IBV_EVENT_COMM_EST) && errno != EISCONN &&

@@ -12,13 +12,11 @@
 
 #include "common/server.h"
 
-/*
- * Why a device cannot take this server's settings, or NULL if it can: an
+/* Why a device cannot take this server's settings, or NULL if it can: an
  * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
  * a QP per connection and, under --isolation mr, a region per slice.
  * Says which limit a setting passes (the device's attribute,
- * ibv_query_device(3)), if say_why.
- */
+ * ibv_query_device(3)), if say_why. */
 const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			   bool say_why)
 {
@@ -63,12 +61,10 @@ const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 	return "device-limits";
 }
 
-/*
- * At start: an RDMA device at all (devices_check()), and one at least that
+/* At start: an RDMA device at all (devices_check()), and one at least that
  * can take the settings; a setting none can take is refused now, by name,
  * not at the first client.  A device that cannot, when another can, is
- * named, and a client that comes through it refused (conn_refusal()).
- */
+ * named, and a client that comes through it refused (conn_refusal()). */
 int devices_fit(struct server *srv)
 {
 	struct ibv_device **list;
@@ -95,12 +91,10 @@ int devices_fit(struct server *srv)
 	return fits ? 0 : -EINVAL;
 }
 
-/*
- * Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
+/* Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
  * an eighth of the SRQ's receives are left: a sign that the server is not
  * keeping up and clients are about to hear "receiver not ready".  The limit
- * disarms itself when it fires; we do not re-arm it, one line is enough.
- */
+ * disarms itself when it fires; we do not re-arm it, one line is enough. */
 int srq_limit_arm(struct server *srv, struct device *dev)
 {
 	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
@@ -115,14 +109,12 @@ int srq_limit_arm(struct server *srv, struct device *dev)
 /* "receiver not ready", wait 0.64 ms (code 12); rxe: at least a kernel tick */
 #define MIN_RNR_TIMER 12
 
-/*
- * When a message finds the SRQ empty, our NIC answers "receiver not ready"
+/* When a message finds the SRQ empty, our NIC answers "receiver not ready"
  * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
  * rdma_accept() sets it to 0, which is not "no wait" but the longest,
  * 655 ms.  Once accepted, the QP takes a shorter one (a change in RTS); if
  * it will not, the connection still works, slowly under load: a warning,
- * not an error.
- */
+ * not an error. */
 void rnr_timer_shorten(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };

@@ -22,8 +22,7 @@ int pool_keyless(struct server *srv, struct device *dev)
 	return 0;
 }
 
-/*
- * A key to the slice just granted (and zeroed), in *rkey: a region
+/* A key to the slice just granted (and zeroed), in *rkey: a region
  * registered over this slice alone, the only pin of these pages, that lets
  * remote writes in (REMOTE_WRITE needs LOCAL_WRITE).  Its rkey works from
  * every QP of its PD, and every client's QP is in its device's one PD: a
@@ -31,8 +30,7 @@ int pool_keyless(struct server *srv, struct device *dev)
  * guess breaks its QP, and the server closes it.  (Memory windows, which
  * could tie a key to one QP, are not used: docs/design.md says why.)  If
  * no key can be made, the slice goes back to the pool and the client is
- * denied with the errno of the failure.
- */
+ * denied with the errno of the failure. */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
 	if (srv->opt.isolation == ISOLATION_NONE)

@@ -15,14 +15,12 @@
 
 #include "common/server.h"
 
-/*
- * Signals arrive as readable data on a file descriptor instead of
+/* Signals arrive as readable data on a file descriptor instead of
  * interrupting the program: the loop checks it like any other source of
  * work, and no global flag is needed.  SIGINT and SIGTERM stop the server,
  * SIGUSR1 asks for its counters.  SIGPIPE, which would end the server
  * without its teardown when its stdout's reader goes away, is ignored:
- * say() sees EPIPE instead, and the server stops on srv->out.closed.
- */
+ * say() sees EPIPE instead, and the server stops on srv->out.closed. */
 int signals_open(struct server *srv)
 {
 	sigset_t mask;
@@ -51,13 +49,11 @@ int signal_take(struct server *srv)
 	return (int)info.ssi_signo;
 }
 
-/*
- * What is in use right now on one device, or on all of them (dev NULL),
+/* What is in use right now on one device, or on all of them (dev NULL),
  * after SIGUSR1 ("stats") or at the end, after the signal signo
  * ("shutdown signal=SIGINT"); tail: the server's own counts.  Once every
  * client has gone, and its QP with it: 0 connections, 0 closing, 0
- * chunks, every receive posted; anything else was lost.
- */
+ * chunks, every receive posted; anything else was lost. */
 void stats_line(struct server *srv, int signo, const struct device *dev,
 		const char *tail)
 {
@@ -120,15 +116,13 @@ static void unsaid_print(struct conn *conn)
 	conn->unsaid = 0;
 }
 
-/*
- * A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
+/* A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
  * MISMATCH (ordering or data broke), which stderr hears of too, at most
  * MISMATCH_LINES_PER_S a second.  A peer that rings doorbells over slots it
  * never wrote would otherwise have the server write a line per doorbell, as
  * fast as its NIC takes them: a full disk, or a terminal that shows nothing
  * else.  The rest are counted, and said in one line when the next second's
- * first one comes, or the connection goes (destroy_print()).
- */
+ * first one comes, or the connection goes (destroy_print()). */
 #define MISMATCH_LINES_PER_S 10
 void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict)
@@ -157,12 +151,10 @@ void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 	       conn->slice.len ? "" : " (it holds no slice)");
 }
 
-/*
- * A work request failed, and its QP is now in the error state, or a
+/* A work request failed, and its QP is now in the error state, or a
  * completion came for no QP of ours; only wr_id, status and qp_num are set
  * (not opcode).  A flush (IBV_WC_WR_FLUSH_ERR) only follows an error state
- * (a close, or a break the close line reports): not said.
- */
+ * (a close, or a break the close line reports): not said. */
 void failure_print(const struct conn *conn, const struct ibv_wc *wc)
 {
 	uint64_t kind = WRID_KIND(wc->wr_id);
@@ -209,13 +201,11 @@ void async_print(struct server *srv, const struct ibv_async_event *event)
 	}
 }
 
-/*
- * A QP is being destroyed, its slice back; what ended the wait
+/* A QP is being destroyed, its slice back; what ended the wait
  * (conn_quiet()).  A send still outstanding then was abandoned (a device
  * that flushes nothing: never seen): counted, and said.  Its completion,
  * should one come after all, finds no connection: rxe gives a QP number
- * again only after about a million QPs (docs/design.md).
- */
+ * again only after about a million QPs (docs/design.md). */
 void destroy_print(struct server *srv, struct conn *conn, double now)
 {
 	if (conn->sending)

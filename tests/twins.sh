@@ -32,7 +32,7 @@ declare -A DESIGNED=(
 	[conn_destroy]="... and takes back those of the sends it abandons"
 )
 # The event-driven server's own: its sleep, its arming, and its buffers.
-OWN_EV="poll_timeout replies_open cq_event reply_buffer_take reply_buffer_put"
+OWN_EV="poll_timeout replies_open cq_event reply_buffer_put"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
