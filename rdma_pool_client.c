@@ -18,7 +18,7 @@
  * The server's NIC (on Soft-RoCE, its kernel) places a plain RDMA WRITE in
  * memory and the server program never hears of it; the doorbell takes a
  * receive there, whose completion the server program does see.  After the
- * banner: options, errors, --no-inline, --post-each, statistics, limits.
+ * banner: options; errors; --step, limits; --no-inline, --post-each; RTTs.
  */
 #include <endian.h>
 #include <errno.h>

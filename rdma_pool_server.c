@@ -417,8 +417,8 @@ out_free:
  * the SRQ, complete with a flush error (the SRQ's other receives stay, for
  * the other QPs).  Destroyed once nothing of it can complete
  * (conns_walk()).  A QP in that state already broke: a mark against its
- * peer's address (breaks_count()).  The server's own reason, if it ends
- * the connection for one, is said. */
+ * peer's address (breaks_count()).  reason: why the server ends it, for
+ * the close line; NULL if the peer did, or stderr has said why. */
 static void conn_close(struct server *srv, struct conn *conn,
 		       const char *reason)
 {

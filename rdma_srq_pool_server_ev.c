@@ -12,8 +12,7 @@
  *                 or a client gone (conn_close)
  *   async_handle  a device's events: a QP that broke (conn_close),
  *                 LAST_WQE_REACHED, COMM_EST
- *   cq_event      get the CQ's event, ack it, drain the CQ, re-arm it, or
- *                 poll on unarmed
+ *   cq_event      the CQ's event: get, ack, drain, re-arm, drain; or poll on
  *   cq_drain      each completion: on_request and reply_send (a registered
  *                 buffer, freed by reply_buffer_put), on_doorbell, or a
  *                 failure (conn_close)
@@ -138,9 +137,8 @@ static int listen_open(struct server *srv)
 }
 
 /* Sleep in poll() until a CM event or a signal, or a CQ or async event of
- * a device in use (two fds each, from the turn it opens), or the next
- * deadline (poll_timeout()).  Until SIGINT or SIGTERM, or until the reader
- * of stdout is gone (say() met EPIPE). */
+ * a device in use (two fds each, polled from the turn after it opens), or
+ * the next deadline (poll_timeout()); until SIGINT, SIGTERM or EPIPE. */
 static int serve(struct server *srv)
 {
 	enum { CM, SIG, DEVICES }; /* then each device's CQ and ASYNC */
@@ -423,10 +421,9 @@ static int cq_open(struct server *srv, struct device *dev)
 }
 
 /* Replies from registered buffers (inline, the polling server's, suits
- * only small messages), on a stack of free ones: the device may read a
- * buffer until its send completes, so it is taken till that wr_id.  Enough
- * for every reply in flight: SEND_DEPTH (reply_room()) for each connection
- * that can still send, of which conn_refusal() lets in --max-conns. */
+ * only small messages), on a stack of free ones, each taken till its send
+ * completes (the device may read it until then): SEND_DEPTH (reply_room())
+ * for each of the --max-conns that can still send (conn_refusal()). */
 static int replies_open(struct server *srv, struct device *dev)
 {
 	uint32_t count = srv->opt.max_conns * SEND_DEPTH;
@@ -500,8 +497,8 @@ out_free:
  * the SRQ, complete with a flush error (the SRQ's other receives stay, for
  * the other QPs).  Destroyed once nothing of it can complete
  * (conns_walk()).  A QP in that state already broke: a mark against its
- * peer's address (breaks_count()).  The server's own reason, if it ends
- * the connection for one, is said. */
+ * peer's address (breaks_count()).  reason: why the server ends it, for
+ * the close line; NULL if the peer did, or stderr has said why. */
 static void conn_close(struct server *srv, struct conn *conn,
 		       const char *reason)
 {
@@ -569,12 +566,12 @@ static int async_handle(struct server *srv, struct device *dev)
 	return ret;
 }
 
-/* The armed CQ got a completion (woken), or it is polled unarmed: get the
- * event (a read() of the channel), ack it (ibv_destroy_cq() waits for the
- * acks), drain the CQ, re-arm it, drain again: the re-arm missed those.
- * Hybrid polling: after a wake-up the CQ stays unarmed (dev->spinning:
- * serve() calls again at once) while a pass stops at its bound, and until
- * no completion has come for --busy-poll-us (docs/performance.md). */
+/* The armed CQ got a completion (woken), or it is polled unarmed, or the
+ * last pass left some: get the event (a read() of the channel), ack it
+ * (ibv_destroy_cq() waits for the acks), drain, re-arm, drain again: the
+ * re-arm missed those.  Hybrid polling: while passes find completions, and
+ * --busy-poll-us after the last, no re-arm (dev->spinning: serve() calls
+ * again at once; docs/performance.md). */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
@@ -728,8 +725,8 @@ static void reply_send(struct server *srv, struct conn *conn,
 	int ret = reply_room(conn); /* it may ask faster than it takes them */
 	uint32_t index;
 
-	if (ret) {
-		conn_close(srv, conn, NULL);
+	if (ret || !dev->nsend_free) { /* none free: replies_open() */
+		conn_close(srv, conn, ret ? NULL : "no_reply_buffer");
 		return;
 	}
 	index = dev->send_free[--dev->nsend_free];

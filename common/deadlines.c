@@ -2,8 +2,8 @@
  * deadlines.c - no peer holds a place it does not use: each connection's
  * next deadline (conn_due(), deadline_name()) and the keepalive probe
  * (probe_send()), and when a closed one is quiet (conn_quiet()), from
- * conns_walk(); a handshake finished by a completion (handshake_finish()),
- * from on_completion() and async_handle().
+ * conns_walk(); a handshake finished by a completion or a COMM_EST event
+ * (handshake_finish()), from on_completion() and async_handle().
  */
 #include <errno.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * reports.c - the servers' signals, and the lines of a connection's life:
- * what is in use, each grant and doorbell, each failure, event, close and
+ * what is in use, each grant and doorbell, each failure, event and
  * destroy, and the last words.  Each server's core path calls these where
  * the thing reported happens; they print, and count what they print about
  * (MISMATCH lines held back, sends abandoned).

@@ -6,7 +6,7 @@
  *   reports.c    signals, and the lines of a connection's life
  *   admission.c  the listener; who may connect: refusals, records per source
  *   device.c     what a device can take; its SRQ's limit, each QP's RNR wait
- *   deadlines.c  the handshake and request deadlines, keepalive probes
+ *   deadlines.c  deadlines, keepalive probes, when a closed QP is quiet
  *   keys.c       --isolation mr: a region, and its key, per slice
  *
  * The machinery answers, records, and makes calls of its own (a bind, a
