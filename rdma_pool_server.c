@@ -42,7 +42,7 @@ static int listen_open(struct server *srv);
 static int serve(struct server *srv);
 static void stats_print(struct server *srv, int signo);
 static int cm_handle(struct server *srv);
-static int on_connect_request(struct server *srv, struct rdma_cm_id *id);
+static void on_connect_request(struct server *srv, struct rdma_cm_id *id);
 static int verbs_open(struct server *srv, struct device *dev,
 		      struct ibv_context *verbs);
 static int pool_register(struct server *srv, struct device *dev);
@@ -197,7 +197,7 @@ static int cm_handle(struct server *srv)
 
 	switch (type) {
 	case RDMA_CM_EVENT_CONNECT_REQUEST: /* the client's CM REQ */
-		err = on_connect_request(srv, id);
+		on_connect_request(srv, id);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED: /* its RTU, or our COMM_EST notify */
 		conn->established = true;
@@ -227,23 +227,26 @@ static int cm_handle(struct server *srv)
 
 /* A client: accepted, or refused with a reason it is told.  The CM chose
  * the device that carries its address (id->verbs); the first client
- * through a device opens what that device needs. */
-static int on_connect_request(struct server *srv, struct rdma_cm_id *id)
+ * through a device opens what that device needs, or is refused and the
+ * device left closed (fail() said why), the others served as before. */
+static void on_connect_request(struct server *srv, struct rdma_cm_id *id)
 {
 	const char *refusal = conn_refusal(srv, id);
 	struct device *dev = device_find(srv, id->verbs);
-	int err = 0;
 
 	if (!refusal && !dev) {
 		dev = &srv->devices[srv->ndevices++];
-		err = verbs_open(srv, dev, id->verbs);
-		refusal = err ? "server-setup-failed" : NULL;
+		if (verbs_open(srv, dev, id->verbs)) {
+			verbs_close(dev);
+			*dev = (struct device){ 0 };
+			srv->ndevices--;
+			refusal = "server-setup-failed";
+		}
 	}
 	if (!refusal && conn_create(srv, dev, id))
 		refusal = "connection-setup-failed";
 	if (refusal)
 		conn_reject(srv, id, refusal);
-	return err;
 }
 
 /* What one device needs, on the first connect request through it (we

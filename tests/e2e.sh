@@ -78,6 +78,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_burst_at_the_limit "$server"
 	test_addresses "$server"
 	test_two_devices "$server"
+	test_device_unopenable "$server"
 	test_isolation "$server" none
 	test_isolation "$server" mr
 	test_isolation_unprivileged "$server"
