@@ -110,7 +110,8 @@ test_memlock() {
 	as_user 1024
 	"${nobody_cmd[@]}" "$open_top/$s" --port 0 >"$work/memlock.out" 2>"$work/memlock.err" &
 	pid=$!
-	port=$(listen_port "$work/memlock.out" "$pid") || true
+	port=$(listen_port "$work/memlock.out" "$pid") ||
+		{ fail "$t" "no listen line in 20 s"; stop_program "$pid" || true; return; }
 	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
 	run_client memlock_again "$port" "$RDMA_ADDR" 4096 || true
 	stop_program "$pid" || status=$?
@@ -138,7 +139,8 @@ test_device_unopenable() {
 	as_user 6144
 	"${nobody_cmd[@]}" "$open_top/$s" --port 0 >"$work/unopen.out" 2>"$work/unopen.err" &
 	pid=$!
-	port=$(listen_port "$work/unopen.out" "$pid") || true
+	port=$(listen_port "$work/unopen.out" "$pid") ||
+		{ fail "$t" "no listen line in 20 s"; stop_program "$pid" || true; return; }
 	peer_bg held "$port" req:4096 sleep:3000
 	await_line "$work/held.out" '^reply status=0 ' 20 || true
 	run_client second "$port" "$RDMA_ADDR_DEV2" 4096 || true
