@@ -88,19 +88,6 @@ void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
 		report("rdma_destroy_id", errno);
 }
 
-/* The connections that can still complete a send: every open one, and a
- * closing one until its last send has completed (then only receives it
- * took from the SRQ, which the SRQ's share of the CQ covers).  Only these
- * count toward --max-conns, what the CQ is sized for (cq_open()). */
-static unsigned int conns_sending(const struct server *srv)
-{
-	unsigned int n = 0;
-
-	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
-		n += !conn->closing || conn->sending;
-	return n;
-}
-
 /* Whether two socket addresses are one host's, the port aside.  Only IPv4
  * and IPv6 addresses are compared; any other (AF_IB) is no one's. */
 static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
@@ -117,15 +104,23 @@ static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
 	return false;
 }
 
-/* Connections from id's peer address still in their handshake. */
-static uint32_t handshakes_from(const struct server *srv, struct rdma_cm_id *id)
+/* The places taken: each connection that can still complete a send (an
+ * open one, and a closing one until its last send has completed; then only
+ * receives it took from the SRQ, which the SRQ's share of the CQ covers):
+ * --max-conns at most, what the CQ is sized for (cq_open()); *mine: those
+ * of from's host. */
+static unsigned int places(const struct server *srv,
+			   const struct sockaddr *from, unsigned int *mine)
 {
-	const struct sockaddr *from = rdma_get_peer_addr(id);
-	uint32_t n = 0;
+	unsigned int n = 0;
 
-	for (const struct conn *conn = srv->conns; conn; conn = conn->next)
-		n += !conn->closing && !conn->established &&
-		     same_host(rdma_get_peer_addr(conn->id), from);
+	*mine = 0;
+	for (const struct conn *conn = srv->conns; conn; conn = conn->next) {
+		bool taken = !conn->closing || conn->sending;
+
+		n += taken;
+		*mine += taken && same_host(rdma_get_peer_addr(conn->id), from);
+	}
 	return n;
 }
 
@@ -190,11 +185,12 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
 /* Why a connect request must be refused, or NULL if it may come in: it
  * came through a device not in use yet that cannot take the settings
  * (device_refusal()), or MAX_DEVICES are in use already; or its address
- * has --handshakes-per-source connections in their handshake already (a
- * half-open peer would take again at once the place its deadline freed),
- * or broke too many (breaks_count()); or the server is full. */
+ * holds --conns-per-source places already, established or half-open (one
+ * host must not take every place), or broke too many (breaks_count()); or
+ * the server is full. */
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 {
+	unsigned int mine, all = places(srv, rdma_get_peer_addr(id), &mine);
 	const char *why = NULL;
 
 	if (!device_find(srv, id->verbs)) /* a device not in use yet */
@@ -203,11 +199,11 @@ const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 			      : "too-many-devices";
 	if (why)
 		return why;
-	if (handshakes_from(srv, id) >= srv->opt.handshakes_per_source)
-		return "source-busy";
+	if (mine >= srv->opt.conns_per_source)
+		return "source-full";
 	if (source_penalized(srv, id))
 		return "source-penalized";
-	if (conns_sending(srv) >= srv->opt.max_conns)
+	if (all >= srv->opt.max_conns)
 		return "server-full";
 	return NULL;
 }

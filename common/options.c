@@ -21,7 +21,6 @@
 #define DEFAULT_REQUEST_MS 10000
 #define DEFAULT_KEEPALIVE_MS 10000
 /* Per source address, see conn_refusal() and breaks_count(). */
-#define DEFAULT_HANDSHAKES_PER_SOURCE 16
 #define DEFAULT_BREAKS_PER_SOURCE 4
 #define MAX_DEADLINE_MS 600000
 /* Hybrid polling (--busy-poll-us), see cq_event(). */
@@ -47,10 +46,10 @@ static void usage(FILE *out, bool busy_poll)
 		"      --handshake-timeout-ms MS\n"
 		"                         close a connection not established\n"
 		"                         that long after its accept (default %d)\n"
-		"      --handshakes-per-source N\n"
-		"                         connections from one address in their\n"
-		"                         handshake at once; more are refused\n"
-		"                         (default %d)\n"
+		"      --conns-per-source N\n"
+		"                         places one address may hold at once,\n"
+		"                         half-open or not; more are refused\n"
+		"                         (default: half of --max-conns)\n"
 		"      --breaks-per-source N\n"
 		"                         connections from one address whose QP\n"
 		"                         may break (a wrong key, say) in a\n"
@@ -66,9 +65,8 @@ static void usage(FILE *out, bool busy_poll)
 		"                         (default %d)\n",
 		program_invocation_short_name, DEFAULT_PORT, POOL_CHUNK_SIZE,
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
-		DEFAULT_HANDSHAKE_MS, DEFAULT_HANDSHAKES_PER_SOURCE,
-		DEFAULT_BREAKS_PER_SOURCE, DEFAULT_REQUEST_MS,
-		DEFAULT_KEEPALIVE_MS);
+		DEFAULT_HANDSHAKE_MS, DEFAULT_BREAKS_PER_SOURCE,
+		DEFAULT_REQUEST_MS, DEFAULT_KEEPALIVE_MS);
 	if (busy_poll)
 		fprintf(out,
 			"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
@@ -91,7 +89,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ "max-conns", required_argument, NULL, 'C' },
 		{ "isolation", required_argument, NULL, 'I' },
 		{ "handshake-timeout-ms", required_argument, NULL, 'T' },
-		{ "handshakes-per-source", required_argument, NULL, 'H' },
+		{ "conns-per-source", required_argument, NULL, 'H' },
 		{ "breaks-per-source", required_argument, NULL, 'X' },
 		{ "request-timeout-ms", required_argument, NULL, 'R' },
 		{ "keepalive-ms", required_argument, NULL, 'K' },
@@ -114,8 +112,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ 'C', "connection limit", 1, MAX_MAX_CONNS, &opt->max_conns },
 		{ 'T', "handshake timeout", 1, MAX_DEADLINE_MS,
 		  &opt->handshake_ms },
-		{ 'H', "handshakes per source", 1, MAX_MAX_CONNS,
-		  &opt->handshakes_per_source },
+		{ 'H', "connections per source", 1, MAX_MAX_CONNS,
+		  &opt->conns_per_source },
 		{ 'X', "breaks per source", 1, MAX_MAX_CONNS,
 		  &opt->breaks_per_source },
 		{ 'R', "request timeout", 1, MAX_DEADLINE_MS,
@@ -138,7 +136,6 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		.handshake_ms = DEFAULT_HANDSHAKE_MS,
 		.request_ms = DEFAULT_REQUEST_MS,
 		.keepalive_ms = DEFAULT_KEEPALIVE_MS,
-		.handshakes_per_source = DEFAULT_HANDSHAKES_PER_SOURCE,
 		.breaks_per_source = DEFAULT_BREAKS_PER_SOURCE,
 		.busy_poll_us = DEFAULT_BUSY_POLL_US,
 	};
@@ -178,6 +175,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		       opt->pool_size, POOL_CHUNK_SIZE);
 		err = -EINVAL;
 	}
+	if (!opt->conns_per_source) /* not given: half of the places */
+		opt->conns_per_source = (opt->max_conns + 1) / 2;
 	if (!err && optind < argc) {
 		errorf("unexpected argument '%s'", argv[optind]);
 		err = -EINVAL;

@@ -46,8 +46,8 @@ struct options {
 	uint32_t port;
 	const char *address; /* -a, or "::": listener_bind() */
 	uint32_t pool_size, srq_depth, max_conns;
-	uint32_t handshake_ms, request_ms, keepalive_ms;   /* conn_due() */
-	uint32_t handshakes_per_source, breaks_per_source; /* conn_refusal() */
+	uint32_t handshake_ms, request_ms, keepalive_ms; /* conn_due() */
+	uint32_t conns_per_source, breaks_per_source;	 /* conn_refusal() */
 	enum isolation isolation; /* whose key opens what: slice_key_make() */
 	bool help;
 	uint32_t busy_poll_us; /* the event-driven server's cq_event() */

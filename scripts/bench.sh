@@ -530,7 +530,7 @@ measure_scale() {
 		say "scaling of $entry"
 		# All the clients come from one address, at once.
 		server_start "$entry" --pool-size "$((scale_slice * scale_clients[-1]))" \
-			--handshakes-per-source "${scale_clients[-1]}"
+			--conns-per-source "${scale_clients[-1]}"
 		# The first client makes the server open the device (pool MR,
 		# SRQ, CQ: verbs_open), once; that is not what the rows measure.
 		client_checked warm-up --size "$scale_slice" -n "$scale_k" -k "$scale_k"

@@ -393,7 +393,10 @@ static void test_parse_options(void)
 
 	EXPECT(parse(&opt, "--port", "0") == 0 && opt.port == 0 &&
 	       opt.srq_depth == 128 && opt.max_conns == 64 &&
-	       opt.isolation == ISOLATION_NONE && !strcmp(opt.address, "::"));
+	       opt.conns_per_source == 32 && opt.isolation == ISOLATION_NONE &&
+	       !strcmp(opt.address, "::"));
+	EXPECT(parse(&opt, "--max-conns", "5") == 0 &&
+	       opt.conns_per_source == 3);
 	EXPECT(parse(&opt, "--isolation", "mr") == 0 &&
 	       opt.isolation == ISOLATION_MR);
 	EXPECT(parse(&opt, "--isolation", "mw") == -EINVAL);
@@ -435,11 +438,11 @@ static void test_conn_due(void)
 
 /*
  * Who may connect through a device in use: not a fourth connection of an
- * address with three in their handshake (--handshakes-per-source 3), nor
- * an address whose connections broke too often this minute, nor anyone
- * once --max-conns can still send; and no one through a device more than
- * MAX_DEVICES.  (A device not in use yet is asked for its limits first,
- * which needs a real one: the end-to-end tests.)
+ * address that holds three places, half-open or established
+ * (--conns-per-source 3), nor an address whose connections broke too often
+ * this minute, nor anyone once --max-conns can still send; and no one
+ * through a device more than MAX_DEVICES.  (A device not in use yet is asked
+ * for its limits first, which needs a real one: the end-to-end tests.)
  */
 static void test_conn_refusal(void)
 {
@@ -448,7 +451,7 @@ static void test_conn_refusal(void)
 	struct rdma_cm_id ids[4] = { 0 }, other = { .verbs = verbs };
 	struct conn conns[3] = { 0 };
 
-	srv.opt = (struct options){ .handshakes_per_source = 3,
+	srv.opt = (struct options){ .conns_per_source = 3,
 				    .breaks_per_source = 1,
 				    .max_conns = 4 };
 	srv.devices[0].verbs = verbs;
@@ -466,11 +469,16 @@ static void test_conn_refusal(void)
 		srv.conns = &conns[i];
 	}
 	EXPECT(conn_refusal(&srv, &ids[3]) &&
-	       !strcmp(conn_refusal(&srv, &ids[3]), "source-busy"));
+	       !strcmp(conn_refusal(&srv, &ids[3]), "source-full"));
 	EXPECT(conn_refusal(&srv, &other) == NULL);
 	for (int i = 0; i < 3; i++)
 		conns[i].established = true;
+	EXPECT(conn_refusal(&srv, &ids[3]) &&
+	       !strcmp(conn_refusal(&srv, &ids[3]), "source-full"));
+	conns[2].closing = true; /* all its sends completed: a place again */
 	EXPECT(conn_refusal(&srv, &ids[3]) == NULL);
+	conns[2].closing = false;
+	srv.opt.conns_per_source = 4;
 	srv.breaks[0] = (struct breaks){ .since = now_seconds(), .n = 1 };
 	memcpy(&srv.breaks[0].from, &ids[0].route.addr.dst_storage,
 	       sizeof(srv.breaks[0].from));
@@ -485,6 +493,32 @@ static void test_conn_refusal(void)
 	other.verbs = (struct ibv_context *)&other; /* a device not in use */
 	EXPECT(conn_refusal(&srv, &other) &&
 	       !strcmp(conn_refusal(&srv, &other), "too-many-devices"));
+}
+
+/* An honest host starts its 32 clients at once, with the defaults: all of
+ * them may be in their handshake together (#49: 16 were the most), and
+ * the 33rd from that host is refused. */
+static void test_honest_burst(void)
+{
+	static struct server srv;
+	static struct rdma_cm_id ids[33];
+	static struct conn conns[32];
+
+	EXPECT(parse(&srv.opt, "--port", "0") == 0);
+	srv.devices[0].verbs = (struct ibv_context *)&srv;
+	srv.ndevices = 1;
+	for (int i = 0; i < 33; i++) {
+		ids[i].verbs = srv.devices[0].verbs;
+		ids[i].route.addr.dst_sin.sin_family = AF_INET;
+		ids[i].route.addr.dst_sin.sin_addr.s_addr = htonl(0xc6120002);
+	}
+	for (int i = 0; i < 32; i++) {
+		EXPECT(conn_refusal(&srv, &ids[i]) == NULL);
+		conns[i] = (struct conn){ .id = &ids[i], .next = srv.conns };
+		srv.conns = &conns[i];
+	}
+	EXPECT(conn_refusal(&srv, &ids[32]) &&
+	       !strcmp(conn_refusal(&srv, &ids[32]), "source-full"));
 }
 
 /* A client may have SEND_DEPTH sends in flight, and no more. */
@@ -520,6 +554,7 @@ static const struct unit_test tests[] = {
 	{ "parse_options", test_parse_options },
 	{ "conn_due", test_conn_due },
 	{ "conn_refusal", test_conn_refusal },
+	{ "honest_burst", test_honest_burst },
 	{ "reply_room", test_reply_room },
 };
 
