@@ -19,10 +19,12 @@ server_pid='' client_pid='' out=''
 cleanup() {
 	[ -z "$client_pid" ] || kill "$client_pid" 2>/dev/null || true
 	[ -z "$server_pid" ] || kill -INT "$server_pid" 2>/dev/null || true
-	[ -z "$out" ] || rm -rf "$out"
+	# By its name: a signal between mktemp and the assignment leaves $out
+	# empty (seen once, stopped/during_churn under load).
+	rm -rf "${TMPDIR:-/tmp}/demo.$$".*
 }
 trap cleanup EXIT
-out=$(mktemp -d)
+out=$(mktemp -d "${TMPDIR:-/tmp}/demo.$$.XXXXXX")
 
 # until_line FILE REGEX PID: wait (20 s at most, and only while process
 # PID runs) for a line of FILE matching REGEX, or say what did not come
