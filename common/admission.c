@@ -88,20 +88,29 @@ void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
 		report("rdma_destroy_id", errno);
 }
 
-/* Whether two socket addresses are one host's, the port aside.  Only IPv4
- * and IPv6 addresses are compared; any other (AF_IB) is no one's. */
+/* The host a socket address names, as an IPv6 address: IPv4 as IPv4-mapped
+ * (a.b.c.d and ::ffff:a.b.c.d are one host), IPv6 by its /64 (RFC 4291:
+ * the prefix a network gives one link, whose host may use any address
+ * in it).  False for any other family (AF_IB): no one's. */
+static bool host_of(const struct sockaddr *sa, struct in6_addr *host)
+{
+	if (sa->sa_family == AF_INET) {
+		*host = (struct in6_addr){ .s6_addr = { [10] = 0xff, 0xff } };
+		memcpy(&host->s6_addr[12],
+		       &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		*host = ((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (!IN6_IS_ADDR_V4MAPPED(host))
+			memset(&host->s6_addr[8], 0, 8);
+	}
+	return sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
+}
+
 static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
 {
-	if (a->sa_family != b->sa_family)
-		return false;
-	if (a->sa_family == AF_INET)
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	if (a->sa_family == AF_INET6)
-		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-			       &((const struct sockaddr_in6 *)b)->sin6_addr,
-			       sizeof(struct in6_addr));
-	return false;
+	struct in6_addr ha, hb;
+
+	return host_of(a, &ha) && host_of(b, &hb) && !memcmp(&ha, &hb, 16);
 }
 
 /* The places taken: each connection that can still complete a send (an

@@ -8,6 +8,7 @@
  * Reports in TAP (tests/tap.h).
  */
 #include <errno.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -521,6 +522,45 @@ static void test_honest_burst(void)
 	       !strcmp(conn_refusal(&srv, &ids[32]), "source-full"));
 }
 
+/* A source is a host: a.b.c.d and ::ffff:a.b.c.d are one, and so are two
+ * addresses of one IPv6 /64 (#49: each counted as a source of its own). */
+static void test_source_is_host(void)
+{
+	static struct server srv;
+	static struct rdma_cm_id held, asks;
+	static struct conn conn = { .id = &held };
+	const struct {
+		const char *held, *asks;
+		bool refused;
+	} cases[] = {
+		{ "::ffff:198.18.0.2", "198.18.0.2", true },
+		{ "198.18.0.2", "::ffff:198.18.0.2", true },
+		{ "2001:db8::1", "2001:db8::2:3", true },
+		{ "2001:db8::1", "2001:db8:0:1::1", false },
+		{ "198.18.0.2", "198.18.0.3", false },
+	};
+
+	srv.opt = (struct options){ .conns_per_source = 1, .max_conns = 4 };
+	srv.devices[0].verbs = held.verbs = asks.verbs =
+		(struct ibv_context *)&srv;
+	srv.ndevices = 1;
+	srv.conns = &conn;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct addrinfo hints = { .ai_flags = AI_NUMERICHOST }, *h, *a;
+		const char *why;
+
+		EXPECT(!getaddrinfo(cases[i].held, NULL, &hints, &h) &&
+		       !getaddrinfo(cases[i].asks, NULL, &hints, &a));
+		memcpy(&held.route.addr.dst_storage, h->ai_addr, h->ai_addrlen);
+		memcpy(&asks.route.addr.dst_storage, a->ai_addr, a->ai_addrlen);
+		why = conn_refusal(&srv, &asks);
+		EXPECT(cases[i].refused ? why && !strcmp(why, "source-full")
+					: why == NULL);
+		freeaddrinfo(h);
+		freeaddrinfo(a);
+	}
+}
+
 /* A client may have SEND_DEPTH sends in flight, and no more. */
 static void test_reply_room(void)
 {
@@ -555,6 +595,7 @@ static const struct unit_test tests[] = {
 	{ "conn_due", test_conn_due },
 	{ "conn_refusal", test_conn_refusal },
 	{ "honest_burst", test_honest_burst },
+	{ "source_is_host", test_source_is_host },
 	{ "reply_room", test_reply_room },
 };
 
