@@ -421,7 +421,7 @@ out_free:
  * the other QPs).  Destroyed once nothing of it can complete
  * (conns_walk()).  A QP in that state already broke: a mark against its
  * peer's address (breaks_count()).  reason: why the server ends it, for
- * the close line; NULL if the peer did, or stderr has said why. */
+ * the close line; NULL if the peer did, at the end, or stderr said why. */
 static void conn_close(struct server *srv, struct conn *conn,
 		       const char *reason)
 {

@@ -12,7 +12,7 @@
  *                 or a client gone (conn_close)
  *   async_handle  a device's events: a QP that broke (conn_close),
  *                 LAST_WQE_REACHED, COMM_EST
- *   cq_event      the CQ's event: get, ack, drain, re-arm, drain; or poll on
+ *   cq_event      the CQ's event: get, ack, drain, re-arm, drain; or spin
  *   cq_drain      each completion: on_request and reply_send (a registered
  *                 buffer, freed by reply_buffer_put), on_doorbell, or a
  *                 failure (conn_close)
@@ -501,7 +501,7 @@ out_free:
  * the other QPs).  Destroyed once nothing of it can complete
  * (conns_walk()).  A QP in that state already broke: a mark against its
  * peer's address (breaks_count()).  reason: why the server ends it, for
- * the close line; NULL if the peer did, or stderr has said why. */
+ * the close line; NULL if the peer did, at the end, or stderr said why. */
 static void conn_close(struct server *srv, struct conn *conn,
 		       const char *reason)
 {
@@ -572,9 +572,9 @@ static int async_handle(struct server *srv, struct device *dev)
 /* The armed CQ got a completion (woken), or it is polled unarmed, or the
  * last pass left some: get the event (a read() of the channel), ack it
  * (ibv_destroy_cq() waits for the acks), drain, re-arm, drain again: the
- * re-arm missed those.  Hybrid polling: while passes find completions, and
- * --busy-poll-us after the last, no re-arm (dev->spinning: serve() calls
- * again at once; docs/performance.md). */
+ * re-arm missed those.  Hybrid polling: no re-arm while a pass stops at
+ * its bound, nor till --busy-poll-us pass with no completion (dev->spinning:
+ * serve() calls again at once; docs/performance.md). */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;

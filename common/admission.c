@@ -89,9 +89,9 @@ void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
 }
 
 /* The host a socket address names, as an IPv6 address: IPv4 as IPv4-mapped
- * (a.b.c.d and ::ffff:a.b.c.d are one host), IPv6 by its /64 (RFC 4291:
- * the prefix a network gives one link, whose host may use any address
- * in it).  False for any other family (AF_IB): no one's. */
+ * (a.b.c.d and ::ffff:a.b.c.d are one host).  IPv6 by the whole address:
+ * a /64 is a link's (RFC 4291), every host's on it, and counted by it a
+ * LAN would be one source.  False for any other family (AF_IB). */
 static bool host_of(const struct sockaddr *sa, struct in6_addr *host)
 {
 	if (sa->sa_family == AF_INET) {
@@ -100,8 +100,6 @@ static bool host_of(const struct sockaddr *sa, struct in6_addr *host)
 		       &((const struct sockaddr_in *)sa)->sin_addr, 4);
 	} else if (sa->sa_family == AF_INET6) {
 		*host = ((const struct sockaddr_in6 *)sa)->sin6_addr;
-		if (!IN6_IS_ADDR_V4MAPPED(host))
-			memset(&host->s6_addr[8], 0, 8);
 	}
 	return sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
 }

@@ -80,8 +80,7 @@ qps_of() { rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || 
 # at once. It may hold --conns-per-source places, by default half of
 # --max-conns: with --max-conns 4, an established peer and a half-open one
 # from one address, and the next from there is refused; a client from
-# another address is served (before, the third got in, and the fifth place
-# the other address wanted was gone).
+# another address is served (before, the third got in).
 test_source_limits() {
 	local s=$1 t=$1/source_limits pids=() i
 	second_address "$t" || return 0

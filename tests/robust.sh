@@ -142,7 +142,7 @@ test_device_unopenable() {
 	port=$(listen_port "$work/unopen.out" "$pid") ||
 		{ fail "$t" "no listen line in 20 s"; stop_program "$pid" || true; return; }
 	peer_bg held "$port" req:4096 sleep:3000
-	await_line "$work/held.out" '^reply status=0 ' 20 || true
+	await_line "$work/held.out" '^reply status=0 ' 20 || why+="the first device's first client got no slice; "
 	run_client second "$port" "$RDMA_ADDR_DEV2" 4096 || true
 	run_client first_again "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
 	wait "$peer_pid" || true
@@ -385,7 +385,7 @@ test_server_dies() {
 # first on a busy machine).
 test_max_conns() {
 	local s=$1 t=$1/max_conns i pids=()
-	own_server "$t" "$s" --max-conns 2 || return 0
+	own_server "$t" "$s" --max-conns 2 --conns-per-source 3 || return 0
 	for i in 1 2; do
 		peer_bg "hold$i" "$server_port" req:4096 sleep:100000
 		pids+=("$peer_pid")
@@ -437,7 +437,7 @@ test_closed_before_established() {
 # and nothing is lost.
 test_burst_at_the_limit() {
 	local s=$1 t=$1/burst_at_the_limit i holders=() bad='' status=0
-	own_server "$t" "$s" --max-conns 4 --srq-depth 16 || return 0
+	own_server "$t" "$s" --max-conns 4 --conns-per-source 4 --srq-depth 16 || return 0
 	for i in 1 2 3; do
 		timeout 120 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" blind:8 sleep:100000 \
 			>"$work/holder$i.out" 2>"$work/holder$i.err" &
@@ -559,8 +559,8 @@ test_stuck_replies() {
 	# Once nothing is in use, the server has taken every request it got:
 	# the last peer's may have been read after that peer had gone.
 	expect_stats "$t/nothing_lost"
-	[ -n "$bad" ] || ! grep -Eq 'no reply buffer|sent more than' "$work/server.err" ||
-		bad="the server ran out: $(grep -m 1 -E 'no reply buffer|sent more than' "$work/server.err")"
+	[ -n "$bad" ] || ! grep -Eq 'reason=no_reply_buffer|sent more than' "$work"/server.{out,err} ||
+		bad="the server ran out: $(grep -h -m 1 -E 'reason=no_reply_buffer|sent more than' "$work"/server.{out,err})"
 	pass_unless "$t/nine_peers" "$bad"
 	test_one_client "$t" "$server_port"
 	expect_stats "$t/nothing_lost_after_a_client"
