@@ -99,22 +99,31 @@ test_server_args() {
 	test_memlock "$s"
 }
 
+# nobody_server T KIB SERVER NAME: SERVER as nobody with ulimit -l KIB
+# (as_user), its output in $work/NAME.out and .err, its pid in nobody_pid
+# and its port in nobody_port; false, and T failed, if it never listens.
+nobody_server() {
+	as_user "$2"
+	"${nobody_cmd[@]}" "$open_top/$3" --port 0 >"$work/$4.out" 2>"$work/$4.err" &
+	nobody_pid=$!
+	nobody_port=$(listen_port "$work/$4.out" "$nobody_pid") && return
+	fail "$1" "no listen line in 20 s: $(head -c 300 "$work/$4.err")"
+	stop_program "$nobody_pid" || true
+	return 1
+}
+
 # An ordinary user whose locked-memory limit (ulimit -l) is smaller than the
 # pool: the server says why and how to fix it, and rejects each client; the
 # device is left closed, and SIGINT ends the server as ever (before, it
 # ended at the first client, exit 1). Root is exempt from the limit, so the
 # server runs as nobody here.
 test_memlock() {
-	local s=$1 t=$1/args/memlock_too_low pid status=0 port
+	local s=$1 t=$1/args/memlock_too_low status=0
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	as_user 1024
-	"${nobody_cmd[@]}" "$open_top/$s" --port 0 >"$work/memlock.out" 2>"$work/memlock.err" &
-	pid=$!
-	port=$(listen_port "$work/memlock.out" "$pid") ||
-		{ fail "$t" "no listen line in 20 s"; stop_program "$pid" || true; return; }
-	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
-	run_client memlock_again "$port" "$RDMA_ADDR" 4096 || true
-	stop_program "$pid" || status=$?
+	nobody_server "$t" 1024 "$s" memlock || return 0
+	run_client memlock_client "$nobody_port" "$RDMA_ADDR" 4096 || true
+	run_client memlock_again "$nobody_port" "$RDMA_ADDR" 4096 || true
+	stop_program "$nobody_pid" || status=$?
 	if [ "$status" != 0 ]; then
 		fail "$t" "server exit status $status after SIGINT, not 0: $(head -c 300 "$work/memlock.err")"
 	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/memlock.err" ||
@@ -133,20 +142,16 @@ test_memlock() {
 # as ever. (Before, the server ended there, and with the held connection
 # polled the CQ the device never had: SIGSEGV.)
 test_device_unopenable() {
-	local s=$1 t=$1/two_devices/one_unopenable pid port status=0 why=''
+	local s=$1 t=$1/two_devices/one_unopenable status=0 why=''
 	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (RDMA_DEV2)"; return; }
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	as_user 6144
-	"${nobody_cmd[@]}" "$open_top/$s" --port 0 >"$work/unopen.out" 2>"$work/unopen.err" &
-	pid=$!
-	port=$(listen_port "$work/unopen.out" "$pid") ||
-		{ fail "$t" "no listen line in 20 s"; stop_program "$pid" || true; return; }
-	peer_bg held "$port" req:4096 sleep:3000
+	nobody_server "$t" 6144 "$s" unopen || return 0
+	peer_bg held "$nobody_port" req:4096 sleep:3000
 	await_line "$work/held.out" '^reply status=0 ' 20 || why+="the first device's first client got no slice; "
-	run_client second "$port" "$RDMA_ADDR_DEV2" 4096 || true
-	run_client first_again "$port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
+	run_client second "$nobody_port" "$RDMA_ADDR_DEV2" 4096 || true
+	run_client first_again "$nobody_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
 	wait "$peer_pid" || true
-	stop_program "$pid" || status=$?
+	stop_program "$nobody_pid" || status=$?
 	grep -q 'rejected the connection: server-setup-failed' "$work/second.err" ||
 		why+="the second device's client was not refused server-setup-failed: $(head -c 200 "$work/second.err"); "
 	grep -q '^done writes=100 doorbells=10 ' "$work/first_again.out" ||
