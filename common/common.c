@@ -17,10 +17,14 @@
  * so the compiler adds no padding, and these checks make sure it never does.
  * That is what lets msg_encode() be a byte swap and a memcpy. */
 _Static_assert(sizeof(struct ctrl_msg) == CTRL_MSG_SIZE, "ctrl_msg size");
-#define AT(field, offset) (offsetof(struct ctrl_msg, field) == (offset))
-_Static_assert(AT(magic, 0) && AT(version, 4) && AT(type, 6), "offsets");
-_Static_assert(AT(size, 8) && AT(reserved, 12) && AT(addr, 16), "offsets");
-_Static_assert(AT(rkey, 24) && AT(status, 28), "offsets");
+_Static_assert(offsetof(struct ctrl_msg, magic) == 0, "magic offset");
+_Static_assert(offsetof(struct ctrl_msg, version) == 4, "version offset");
+_Static_assert(offsetof(struct ctrl_msg, type) == 6, "type offset");
+_Static_assert(offsetof(struct ctrl_msg, size) == 8, "size offset");
+_Static_assert(offsetof(struct ctrl_msg, reserved) == 12, "reserved offset");
+_Static_assert(offsetof(struct ctrl_msg, addr) == 16, "addr offset");
+_Static_assert(offsetof(struct ctrl_msg, rkey) == 24, "rkey offset");
+_Static_assert(offsetof(struct ctrl_msg, status) == 28, "status offset");
 #undef AT
 
 void msg_encode(const struct ctrl_msg *msg, void *wire)

@@ -3,10 +3,8 @@
  *
  *   - struct ctrl_msg: the 32-byte control message and its wire encoding;
  *   - the chunk pool: a bitmap that carves the server's memory into slices;
- *   - the protocol decisions both servers make (what to answer a request,
- *     whether a doorbell's slot holds what it should);
- *   - names for work-completion statuses and asynchronous events (the
- *     loops that poll for them are the lesson, and stay in each program);
+ *   - what both servers decide: a request's answer, a doorbell slot's verdict;
+ *   - the names of completion statuses and async events (not the loops);
  *   - say(): a report line that never blocks;
  *   - number parsing for command lines, and the three error idioms below.
  *
