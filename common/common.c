@@ -25,7 +25,6 @@ _Static_assert(offsetof(struct ctrl_msg, reserved) == 12, "reserved offset");
 _Static_assert(offsetof(struct ctrl_msg, addr) == 16, "addr offset");
 _Static_assert(offsetof(struct ctrl_msg, rkey) == 24, "rkey offset");
 _Static_assert(offsetof(struct ctrl_msg, status) == 28, "status offset");
-#undef AT
 
 void msg_encode(const struct ctrl_msg *msg, void *wire)
 {

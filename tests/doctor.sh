@@ -105,6 +105,8 @@ test_doctor_memlock_too_low() {
 		why="a client was served with ulimit -l $kib"
 	elif [ "$cstatus" = 200 ]; then
 		why="the server did not listen: $(head -c 300 "$work/server.err")"
+	elif ! grep -q 'rejected the connection: server-setup-failed' "$work/memlock.err"; then
+		why="the client was not refused server-setup-failed: $(head -c 300 "$work/memlock.err")"
 	elif [ "$sstatus" != 0 ]; then
 		why="the server exited $sstatus after SIGINT (124: not within 20 s), not 0"
 	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/server.err"; then
