@@ -81,7 +81,7 @@ int main(int argc, char **argv)
 	err = devices_fit(&srv);
 	if (err)
 		goto out;
-	err = signals_open(&srv);
+	err = reports_open(&srv);
 	if (err)
 		goto out;
 	err = listen_open(&srv);

@@ -159,10 +159,11 @@ int alloc_request(struct pool *pool, const void *wire, size_t len,
 /* The client writes value i into slot (i - 1) mod slots and rings doorbell
  * seq = i with its last write, so when the doorbell completes the slot of
  * seq holds seq.  If the client has since gone a whole lap round its slice,
- * the slot holds seq plus a multiple of slots: late, but not wrong. */
+ * the slot holds seq plus a multiple of slots: late, but not wrong.  With
+ * no slice (slots 0) a doorbell has no slot: never ok. */
 enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots)
 {
-	if (value == seq)
+	if (slots && value == seq)
 		return SLOT_OK;
 	if (slots && value > seq && (value - seq) % slots == 0)
 		return SLOT_LAPPED;

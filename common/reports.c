@@ -1,11 +1,12 @@
 /*
- * reports.c - the servers' signals, and the lines of a connection's life:
- * what is in use, each grant and doorbell, each failure, event and
- * destroy, and the last words.  Each server's core path calls these where
- * the thing reported happens; they print, and count what they print about
- * (MISMATCH lines held back, sends abandoned).
+ * reports.c - the servers' outputs and signals, and the lines of a
+ * connection's life: what is in use, each grant and doorbell, each failure,
+ * event and destroy, and the last words.  Each server's core path calls
+ * these where the thing reported happens; they print, and count what they
+ * print about (doorbells held back, sends abandoned).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,16 +16,40 @@
 
 #include "common/server.h"
 
-/* Signals arrive as readable data on a file descriptor instead of
- * interrupting the program: the loop checks it like any other source of
- * work, and no global flag is needed.  SIGINT and SIGTERM stop the server,
- * SIGUSR1 asks for its counters.  SIGPIPE, which would end the server
- * without its teardown when its stdout's reader goes away, is ignored:
- * say() sees EPIPE instead, and the server stops on srv->out.closed. */
-int signals_open(struct server *srv)
+/* A terminal is the one output that poll() does not keep from blocking:
+ * POLLOUT there means some room (n_tty_poll() in the kernel's n_tty.c),
+ * and a write() that needs more sleeps until the reader makes it (a hung
+ * ssh session: never), unless the file is O_NONBLOCK (n_tty_write()).
+ * That flag belongs to the open file, which the shell shares: the
+ * terminal is opened again, a file of the server's own, non-blocking. */
+static int tty_unblock(int fd)
+{
+	char path[32];
+	int tty;
+
+	if (!isatty(fd))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	tty = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK);
+	if (tty < 0 || dup2(tty, fd) < 0)
+		return fail(path, errno); /* the server ends */
+	close(tty);
+	return 0;
+}
+
+/* The outputs and the signals.  Signals arrive as readable data on a file
+ * descriptor instead of interrupting the program: the loop checks it like
+ * any other source of work, and no global flag is needed.  SIGINT and
+ * SIGTERM stop the server, SIGUSR1 asks for its counters.  SIGPIPE, which
+ * would end the server without its teardown when its stdout's reader goes
+ * away, is ignored: say() sees EPIPE instead, and the server stops on
+ * srv->out.closed. */
+int reports_open(struct server *srv)
 {
 	sigset_t mask;
 
+	if (tty_unblock(STDOUT_FILENO) || tty_unblock(STDERR_FILENO))
+		return -EIO;
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
 		return fail("signal(SIGPIPE)", errno);
 	sigemptyset(&mask);
@@ -91,64 +116,80 @@ void stats_line(struct server *srv, int signo, const struct device *dev,
 	    what, name, live, chunks, doorbells, closing, posted, depth, tail);
 }
 
-/* The grant or denial on_request() sends. */
+/* The grant or denial on_request() sends.  The pool's key is said (every
+ * client holds it); a slice's own, under --isolation mr, is its secret:
+ * not in a log that others may read. */
 void reply_print(struct server *srv, const struct conn *conn,
 		 const struct ctrl_msg *reply, uint32_t asked)
 {
+	char key[24] = "";
+
+	if (srv->opt.isolation == ISOLATION_NONE)
+		snprintf(key, sizeof(key), " rkey=0x%" PRIx32, reply->rkey);
 	if (reply->status)
 		say(&srv->out,
 		    "deny qp=0x%" PRIx32 " size=%" PRIu32 " status=%s\n",
 		    conn->qp_num, asked, errno_name((int)reply->status));
 	else
 		say(&srv->out,
-		    "grant qp=0x%" PRIx32 " addr=0x%" PRIx64 " rkey=0x%" PRIx32
-		    " size=%" PRIu32 "\n",
-		    conn->qp_num, reply->addr, reply->rkey, reply->size);
+		    "grant qp=0x%" PRIx32 " addr=0x%" PRIx64 "%s size=%" PRIu32
+		    "\n",
+		    conn->qp_num, reply->addr, key, reply->size);
 }
 
-/* The MISMATCH lines of a connection not said: one line for all. */
-static void unsaid_print(struct conn *conn)
+/* The doorbells of a connection not said this second, in one line each on
+ * stdout and, for the MISMATCHes among them, on stderr. */
+static void unsaid_print(struct server *srv, struct conn *conn)
 {
-	if (conn->unsaid)
+	const uint32_t *n = conn->unsaid;
+
+	if (n[SLOT_OK] || n[SLOT_LAPPED] || n[SLOT_MISMATCH])
+		say(&srv->out,
+		    "doorbells qp=0x%" PRIx32 " not_printed=%" PRIu32
+		    " ok=%" PRIu32 " lapped=%" PRIu32 " MISMATCH=%" PRIu32 "\n",
+		    conn->qp_num,
+		    n[SLOT_OK] + n[SLOT_LAPPED] + n[SLOT_MISMATCH], n[SLOT_OK],
+		    n[SLOT_LAPPED], n[SLOT_MISMATCH]);
+	if (n[SLOT_MISMATCH])
 		errorf("MISMATCH qp=0x%" PRIx32 ": %" PRIu32
 		       " more, not printed",
-		       conn->qp_num, conn->unsaid);
-	conn->unsaid = 0;
+		       conn->qp_num, n[SLOT_MISMATCH]);
+	memset(conn->unsaid, 0, sizeof(conn->unsaid));
 }
 
 /* A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
- * MISMATCH (ordering or data broke), which stderr hears of too, at most
- * MISMATCH_LINES_PER_S a second.  A peer that rings doorbells over slots it
- * never wrote would otherwise have the server write a line per doorbell, as
- * fast as its NIC takes them: a full disk, or a terminal that shows nothing
- * else.  The rest are counted, and said in one line when the next second's
- * first one comes, or the connection goes (destroy_print()). */
-#define MISMATCH_LINES_PER_S 10
+ * MISMATCH (ordering or data broke; no slice to hold it), which stderr
+ * hears of too.  At most DOORBELL_LINES_PER_S doorbells a second are said
+ * per connection.  A WRITE_WITH_IMM of no bytes needs no key and no slice
+ * (rxe's check_rkey(), the IB spec's C9-88): a peer ringing at its NIC's
+ * rate would otherwise have the server write a line per doorbell, as fast
+ * as the NIC takes them: a full disk, or a terminal that shows nothing
+ * else.  The rest are counted by verdict, and said in one line when the
+ * next second's first one comes, or the connection goes (destroy_print()). */
+#define DOORBELL_LINES_PER_S 10
 void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict)
 {
-	double now;
+	double now = now_seconds();
 
-	say(&srv->out,
-	    "doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32 " %s\n",
-	    conn->qp_num, seq, value, slot_verdict_name(verdict));
-	if (verdict != SLOT_MISMATCH)
-		return;
-	now = now_seconds();
 	if (now - conn->said_at >= 1) {
-		unsaid_print(conn);
+		unsaid_print(srv, conn);
 		conn->said_at = now;
 		conn->said = 0;
 	}
-	if (conn->said == MISMATCH_LINES_PER_S) {
-		conn->unsaid++;
+	if (conn->said == DOORBELL_LINES_PER_S) {
+		conn->unsaid[verdict]++;
 		return;
 	}
 	conn->said++;
-	errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32 " found %" PRIu32
-	       " in its slot%s",
-	       conn->qp_num, seq, value,
-	       conn->slice.len ? "" : " (it holds no slice)");
+	say(&srv->out,
+	    "doorbell qp=0x%" PRIx32 " seq=%" PRIu32 " value=%" PRIu32 " %s\n",
+	    conn->qp_num, seq, value, slot_verdict_name(verdict));
+	if (verdict == SLOT_MISMATCH)
+		errorf("MISMATCH qp=0x%" PRIx32 ": doorbell %" PRIu32
+		       " found %" PRIu32 " in its slot%s",
+		       conn->qp_num, seq, value,
+		       conn->slice.len ? "" : " (it holds no slice)");
 }
 
 /* A work request failed, and its QP is now in the error state, or a
@@ -213,7 +254,7 @@ void destroy_print(struct server *srv, struct conn *conn, double now)
 		       "%d ms: destroying it anyway",
 		       conn->qp_num, conn->sending, CLOSE_GIVE_UP_MS);
 	srv->sends_abandoned += conn->sending;
-	unsaid_print(conn);
+	unsaid_print(srv, conn);
 	say(&srv->out,
 	    "destroy qp=0x%" PRIx32 " after_ms=%.0f ended_by=%s freed=%zu\n",
 	    conn->qp_num, (now - conn->closed_at) * 1000,

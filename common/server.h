@@ -3,7 +3,7 @@
  * paths, written once in common/ by topic:
  *
  *   options.c    the command line
- *   reports.c    signals, and the lines of a connection's life
+ *   reports.c    outputs and signals; the lines of a connection's life
  *   admission.c  the listener; who may connect: refusals, records per source
  *   device.c     what a device can take; its SRQ's limit, each QP's RNR wait
  *   deadlines.c  deadlines, keepalive probes, when a closed QP is quiet
@@ -66,7 +66,7 @@ struct conn {
 	uint64_t cq_mark; /* ... and what did is out once dev->polled is this */
 	struct ibv_mr *slice_mr; /* --isolation mr: slice_key_make() */
 	double said_at;		 /* doorbell_print(): this second's start, */
-	uint32_t said, unsaid;	 /* the MISMATCH lines said in it, the rest */
+	uint32_t said, unsaid[SLOT_MISMATCH + 1]; /* doorbells said, the rest */
 	struct conn *next;
 };
 
@@ -126,7 +126,7 @@ struct server {
 int parse_options(int argc, char **argv, bool busy_poll, struct options *opt);
 
 /* reports.c */
-int signals_open(struct server *srv);
+int reports_open(struct server *srv);
 int signal_take(struct server *srv);
 void stats_line(struct server *srv, int signo, const struct device *dev,
 		const char *tail);

@@ -74,6 +74,8 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot "$H" ||
 for d in proc sys dev; do
 	mount --bind "/$d" "$H/$d" || fail "cannot bind /$d"
 done
+# Terminals, as on any machine (tests/hostile.sh runs a server on one).
+{ mkdir -p /dev/pts && mount -t devpts devpts "$H/dev/pts"; } || fail "cannot mount devpts"
 for d in tmp run dev/shm; do
 	mount -t tmpfs tmpfs "$H/$d" || fail "cannot mount a tmpfs on /$d"
 done

@@ -209,9 +209,9 @@ test_invalidate() {
 	own_server "$t" "$s" --isolation mr || return 0
 	run_client victim "$server_port" "$RDMA_ADDR" 1048576 -n "$n" -k 1000 &
 	victim=$!
-	await_line "$work/server.out" '^grant ' 20 ||
+	await_line "$work/victim.out" '^granted ' 20 ||
 		{ give_up "$t" "the victim got no slice: $(head -c 300 "$work/victim.err")"; wait "$victim" || true; return; }
-	rkey=$(sed -n 's/^grant .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/server.out")
+	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/victim.out")
 	peer_steps attacker "$server_port" "sendinv:$rkey" || true
 	# The stream must outlast the attack, or the test shows nothing.
 	seen=$(grep -c '^doorbell ' "$work/server.out" || true)
@@ -260,23 +260,74 @@ server_into_fifo() {
 	return 1
 }
 
+# stats_flood: SIGUSR1 to the server, a stats line each it reads (signals
+# sent faster are one), until it has written 100 KB, more than a pipe or a
+# terminal holds (64 KiB), or for 30 s: its doorbell lines are too few
+# for that (10 a second). wchar: the bytes its write()s took.
+stats_flood() {
+	local end=$((SECONDS + 30)) k v wrote=0
+	while ((SECONDS < end && wrote < 100000)) && kill -USR1 "$server_pid" 2>/dev/null; do
+		while read -r k v; do [ "$k" != wchar: ] || wrote=$v; done <"/proc/$server_pid/io"
+	done
+}
+
+# drops_counted T STATUS: the server, stopped, exited STATUS 0 and said
+# that it dropped lines (its output did fill).
+drops_counted() {
+	if [ "$2" = 0 ] && grep -Eq '^rdma_[a-z_]+: [0-9]+ lines of output dropped' "$work/server.err"; then
+		pass "$1/drops_counted"
+	else
+		fail "$1/drops_counted" "exit status $2, stderr: $(head -c 300 "$work/server.err")"
+	fi
+}
+
 # Whoever reads the server's stdout stops reading: the server must go on
 # serving (its lines dropped and counted), not block with its receives
 # unposted while every client meets "receiver not ready".
 test_output_stalled() {
 	local s=$1 t=$1/output_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' || return 0
-	# 4000 doorbell lines are far more than a pipe holds (64 KiB).
+	stats_flood
 	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	status=0
 	stop_server || status=$?
-	if [ "$status" = 0 ] && grep -Eq '^rdma_[a-z_]+: [0-9]+ lines of output dropped' "$work/server.err"; then
-		pass "$t/drops_counted"
-	else
-		fail "$t/drops_counted" "exit status $status, stderr: $(head -c 300 "$work/server.err")"
-	fi
+	drops_counted "$t" "$status"
 	end_jobs "$reader_pid"
+}
+
+# The same on a terminal whose reader stopped (a hung ssh session):
+# script(1) runs the server on a pty, and is stopped. poll() says a
+# terminal can take more while it has any room, and a write() that needs
+# more sleeps until it comes, unless the file is non-blocking.
+test_tty_stalled() {
+	local s=$1 t=$1/tty_stalled status=0 script_pid i
+	rm -f "$work"/*.out "$work"/*.err
+	script -qefc "echo \$\$ >'$work/pid'; exec '$top/$s' --port 0 2>'$work/server.err'" /dev/null \
+		</dev/null >"$work/server.out" &
+	script_pid=$!
+	if ! server_port=$(listen_port "$work/server.out" "$script_pid") || ! server_pid=$(cat "$work/pid"); then
+		fail "$t" "the server did not start: $(head -c 300 "$work/server.err")"
+		end_jobs "$script_pid"
+		return
+	fi
+	kill -STOP "$script_pid"
+	stats_flood
+	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
+	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
+	# Ended, the server is a zombie until script, stopped, waits for it.
+	kill -INT "$server_pid"
+	for ((i = 0; i < 100; i++)); do
+		[[ $(ps -o stat= -p "$server_pid") == Z* ]] && break
+		sleep 0.1
+	done
+	pass_if "$t/sigint_stops_it" "still running 10 s after SIGINT: $(ps -o stat=,wchan:32= -p "$server_pid")" [ "$i" -lt 100 ]
+	kill -KILL "$server_pid" 2>/dev/null || true
+	server_pid=
+	kill -CONT "$script_pid"
+	status=0
+	await_exit "$script_pid" 10 || status=$?
+	drops_counted "$t" "$status"
 }
 
 # The reader of the server's stdout goes away: SIGPIPE would end the server
@@ -299,33 +350,45 @@ test_output_gone() {
 }
 
 # A peer that rings doorbells whose slots never match (it writes nothing):
-# 4000 of them. Its MISMATCH lines on stderr are limited per second, the
-# rest counted ("N more, not printed"), every one accounted for.
-test_mismatch_flood() {
-	local s=$1 t=$1/mismatch_flood n=4000 said counted start elapsed
-	own_server "$t" "$s" || return 0
+# 4000 of them, into a slice, or with none (a doorbell of no bytes needs
+# no key). The server says at most 10 a second, on stdout and the
+# MISMATCHes on stderr, and counts the rest ("N more, not printed"), every
+# one accounted for, none ok.
+mismatch_flood_case() {
+	local t=$1 n=4000 said counted shown held start elapsed
+	own_server "$t" "$2" || return 0
+	shift 2
 	start=$SECONDS
 	# shellcheck disable=SC2046 # one step per word
-	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq "$n")) || true
+	peer_steps flood "$server_port" "$@" $(printf 'ring:2 %.0s' $(seq "$n")) || true
 	elapsed=$((SECONDS - start + 1))
 	stop_server || true
-	said=$(grep -c '^rdma_[a-z_]*: MISMATCH qp=0x[0-9a-f]*: doorbell 2 found 0 in its slot$' "$work/server.err" || true)
+	said=$(grep -c '^rdma_[a-z_]*: MISMATCH qp=0x[0-9a-f]*: doorbell 2 found 0 in its slot' "$work/server.err" || true)
 	counted=$(sed -n 's/^rdma_[a-z_]*: MISMATCH qp=0x[0-9a-f]*: \([0-9]*\) more, not printed$/\1/p' "$work/server.err" | awk '{ n += $1 } END { print n + 0 }')
+	shown=$(grep -c '^doorbell qp=0x[0-9a-f]* seq=2 value=0 MISMATCH$' "$work/server.out" || true)
+	held=$(sed -n 's/^doorbells qp=0x[0-9a-f]* not_printed=\([0-9]*\) ok=0 lapped=0 MISMATCH=\1$/\1/p' "$work/server.out" | awk '{ n += $1 } END { print n + 0 }')
 	if [ "$(grep -c '^ring seq=2 status=IBV_WC_SUCCESS$' "$work/flood.out")" != "$n" ]; then
 		fail "$t" "the peer did not ring $n times: $(tail -n 2 "$work/flood.out" "$work/flood.err")"
-	elif [ "$said" -gt $((10 * elapsed)) ]; then
-		fail "$t/lines_limited" "$said MISMATCH lines in ${elapsed} s, want at most 10 a second"
+	elif [ "$said" -gt $((10 * elapsed)) ] || [ "$shown" -gt $((10 * elapsed)) ]; then
+		fail "$t/lines_limited" "$shown doorbell lines and $said MISMATCH lines in ${elapsed} s, want at most 10 a second"
 	else
-		pass_if "$t/lines_limited" "$said said and $counted counted, want $n in all" [ $((said + counted)) = "$n" ]
+		pass_if "$t/lines_limited" "stdout: $shown said and $held counted, stderr: $said and $counted, want $n MISMATCH in all" \
+			[ $((said + counted)) = "$n" ] && [ $((shown + held)) = "$n" ]
 	fi
 }
 
-# Nobody reads the server's stdout or its stderr, and a peer floods it
-# with MISMATCH doorbells: the server must still serve the next client,
-# and stop on SIGINT.
+test_mismatch_flood() {
+	mismatch_flood_case "$1/mismatch_flood" "$1" req:4096
+	mismatch_flood_case "$1/mismatch_flood/no_slice" "$1"
+}
+
+# Nobody reads the server's stdout or its stderr (one pipe), full, and a
+# peer rings MISMATCH doorbells: the server must still serve the next
+# client, and stop on SIGINT.
 test_stderr_stalled() {
 	local s=$1 t=$1/stderr_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' --stderr-too || return 0
+	stats_flood
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
 	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \
@@ -349,6 +412,7 @@ test_hostile() {
 	test_invalidate "$1"
 	test_device_limits "$1"
 	test_output_stalled "$1"
+	test_tty_stalled "$1"
 	test_output_gone "$1"
 	test_mismatch_flood "$1"
 	test_stderr_stalled "$1"

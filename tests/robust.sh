@@ -697,7 +697,7 @@ test_two_devices() {
 # region's over its own slice: the same writes fail with
 # IBV_WC_REM_ACCESS_ERR and the neighbour's data stays as it was.
 test_isolation() {
-	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs
+	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs keys
 	own_server "$t" "$s" --isolation "$mode" || return 0
 	# The owner writes 1025 into slot 0 (of 1024) of the first slice and,
 	# once the others have tried, rings doorbell 1025: the server reports
@@ -749,6 +749,14 @@ test_isolation() {
 			fail "$t/pool_has_no_key" "the kernel has a region of the pool's ${pool% *} bytes: $(tr '\n' '|' <<<"$mrs")"
 		else
 			pass "$t/pool_has_no_key"
+		fi
+		keys=$(sed -n 's/^reply status=0 .* rkey=\(0x[0-9a-f]*\)$/rkey=\1/p' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out)
+		if [ -z "$keys" ]; then
+			fail "$t/no_key_printed" "the peers were given no key"
+		elif grep -qwF "$keys" "$work/server.out" "$work/server.err"; then
+			fail "$t/no_key_printed" "the server printed a slice's key: $(grep -hwF "$keys" "$work/server.out" "$work/server.err" | head -n 1)"
+		else
+			pass "$t/no_key_printed"
 		fi
 		pass_if "$t/keys_of_their_own" "two clients were given the same rkey" \
 			[ "$(grep -h '^reply status=0 ' "$work"/owner.out "$work"/intruder.out "$work"/overrun.out | sort -u | wc -l)" = 3 ]

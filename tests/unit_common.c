@@ -279,6 +279,7 @@ static void test_slot_check(void)
 	EXPECT(slot_check(16, 17, 1024) == SLOT_MISMATCH);
 	EXPECT(slot_check(16, 0, 1024) == SLOT_MISMATCH);
 	EXPECT(slot_check(1040, 16, 1024) == SLOT_MISMATCH);
+	EXPECT(slot_check(0, 0, 0) == SLOT_MISMATCH); /* no slice, no slot */
 	EXPECT(strcmp(slot_verdict_name(SLOT_OK), "ok") == 0);
 	EXPECT(strcmp(slot_verdict_name(SLOT_MISMATCH), "MISMATCH") == 0);
 }
