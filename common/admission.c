@@ -88,27 +88,20 @@ void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
 		report("rdma_destroy_id", errno);
 }
 
-/* The host a socket address names, as an IPv6 address: IPv4 as IPv4-mapped
- * (a.b.c.d and ::ffff:a.b.c.d are one host).  IPv6 by the whole address:
- * a /64 is a link's (RFC 4291), every host's on it, and counted by it a
- * LAN would be one source.  False for any other family (AF_IB). */
-static bool host_of(const struct sockaddr *sa, struct in6_addr *host)
+/* Who a connection comes from: the GID of its CM REQ's primary path,
+ * which its QP's address vector gets (cm_format_paths_from_req() and
+ * cm_init_qp_rtr_attr() in the kernel's cm.c): rxe drops any packet for
+ * the QP from another address (check_addr() in rxe_recv.c).  Not
+ * rdma_get_peer_addr(): that is the address the REQ's private data names
+ * (cma_save_ip_info() in cma.c), which a peer writes as it likes.  A
+ * RoCEv2 GID is an IPv6 address, IPv4 as ::ffff:a.b.c.d: one form a host.
+ * IPv6 by the whole address: a /64 is a link's (RFC 4291), every host's
+ * on it, and counted by it a LAN would be one source. */
+static const union ibv_gid *source_of(const struct rdma_cm_id *id)
 {
-	if (sa->sa_family == AF_INET) {
-		*host = (struct in6_addr){ .s6_addr = { [10] = 0xff, 0xff } };
-		memcpy(&host->s6_addr[12],
-		       &((const struct sockaddr_in *)sa)->sin_addr, 4);
-	} else if (sa->sa_family == AF_INET6) {
-		*host = ((const struct sockaddr_in6 *)sa)->sin6_addr;
-	}
-	return sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
-}
+	static const union ibv_gid none; /* no path: the CM gives one */
 
-static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
-{
-	struct in6_addr ha, hb;
-
-	return host_of(a, &ha) && host_of(b, &hb) && !memcmp(&ha, &hb, 16);
+	return id->route.num_paths > 0 ? &id->route.path_rec[0].dgid : &none;
 }
 
 /* The places taken: each connection that can still complete a send (an
@@ -116,8 +109,8 @@ static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
  * receives it took from the SRQ, which the SRQ's share of the CQ covers):
  * --max-conns at most, what the CQ is sized for (cq_open()); *mine: those
  * of from's host. */
-static unsigned int places(const struct server *srv,
-			   const struct sockaddr *from, unsigned int *mine)
+static unsigned int places(const struct server *srv, const union ibv_gid *from,
+			   unsigned int *mine)
 {
 	unsigned int n = 0;
 
@@ -126,28 +119,27 @@ static unsigned int places(const struct server *srv,
 		bool taken = !conn->closing || conn->sending;
 
 		n += taken;
-		*mine += taken && same_host(rdma_get_peer_addr(conn->id), from);
+		*mine += taken && !memcmp(source_of(conn->id), from, 16);
 	}
 	return n;
 }
 
 /* The record of from's breaks, if any; else, with make, the oldest record
  * made anew for it (one never used is the oldest of all), n 0. */
-static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
+static struct breaks *breaks_of(struct server *srv, const union ibv_gid *from,
 				bool make)
 {
 	struct breaks *b, *oldest = srv->breaks;
 
 	for (b = srv->breaks; b < srv->breaks + BREAK_SOURCES; b++) {
-		if (b->n && same_host((const struct sockaddr *)&b->from, from))
+		if (b->n && !memcmp(&b->from, from, 16))
 			return b;
 		if (b->since < oldest->since)
 			oldest = b;
 	}
 	if (!make)
 		return NULL;
-	memset(oldest, 0, sizeof(*oldest));
-	memcpy(&oldest->from, from, sizeof(oldest->from));
+	*oldest = (struct breaks){ .from = *from };
 	return oldest;
 }
 
@@ -157,33 +149,38 @@ static struct breaks *breaks_of(struct server *srv, const struct sockaddr *from,
  * right), a message too long, a peer that stopped acknowledging.  Every
  * close comes through conn_close(), which calls this first.  One break
  * more for the peer's address; --breaks-per-source of them within a
- * minute, and the address is refused until that minute is over
+ * minute, and the address is refused for a minute from the last of them
  * (conn_refusal()).  Cost: a query of the QP per close, and BREAK_SOURCES
  * records, whose oldest a new address takes. */
 void breaks_count(struct server *srv, struct conn *conn)
 {
-	const struct sockaddr *from = rdma_get_peer_addr(conn->id);
 	struct ibv_qp_attr attr;
 	struct ibv_qp_init_attr init;
-	struct breaks *b;
-	double now = now_seconds();
 
-	if (ibv_query_qp(conn->id->qp, &attr, IBV_QP_STATE, &init) ||
-	    attr.qp_state != IBV_QPS_ERR)
-		return;
-	b = breaks_of(srv, from, true);
+	if (!ibv_query_qp(conn->id->qp, &attr, IBV_QP_STATE, &init) &&
+	    attr.qp_state == IBV_QPS_ERR)
+		break_add(breaks_of(srv, source_of(conn->id), true),
+			  now_seconds(), srv->opt.breaks_per_source);
+}
+
+/* One break more in b, at now: a new minute if b's began a minute ago; the
+ * break that reaches limit starts the minute its address is refused for
+ * (source_penalized()), wherever in the first that break falls. */
+void break_add(struct breaks *b, double now, uint32_t limit)
+{
 	if (!b->n || now - b->since >= BREAK_WINDOW_S) { /* a new minute */
 		b->since = now;
 		b->n = 0;
 	}
-	b->n++;
+	if (++b->n == limit)
+		b->since = now;
 }
 
-/* Whether id's peer address broke --breaks-per-source connections this
- * minute. */
+/* Whether id's peer address broke --breaks-per-source connections, the
+ * last less than a minute ago. */
 static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
 {
-	const struct breaks *b = breaks_of(srv, rdma_get_peer_addr(id), false);
+	const struct breaks *b = breaks_of(srv, source_of(id), false);
 
 	return b && b->n >= srv->opt.breaks_per_source &&
 	       now_seconds() - b->since < BREAK_WINDOW_S;
@@ -197,7 +194,7 @@ static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
  * the server is full. */
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 {
-	unsigned int mine, all = places(srv, rdma_get_peer_addr(id), &mine);
+	unsigned int mine, all = places(srv, source_of(id), &mine);
 	const char *why = NULL;
 
 	if (!device_find(srv, id->verbs)) /* a device not in use yet */

@@ -74,9 +74,9 @@ struct conn {
  * BREAK_SOURCES addresses are remembered; a new one takes the oldest. */
 #define BREAK_SOURCES 64
 struct breaks {
-	struct sockaddr_storage from;
-	double since; /* the first break of this minute */
-	uint32_t n;   /* breaks since */
+	union ibv_gid from; /* source_of() */
+	double since;	    /* the first break of this minute, or the limit's */
+	uint32_t n;	    /* breaks since */
 };
 
 /* What one RDMA device needs to serve clients (a QP can use only what was
@@ -144,6 +144,7 @@ int listener_bind(struct server *srv);
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id);
 void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason);
 void breaks_count(struct server *srv, struct conn *conn);
+void break_add(struct breaks *b, double now, uint32_t limit);
 int reply_room(const struct conn *conn);
 
 /* device.c */

@@ -197,6 +197,36 @@ test_key_guesses() {
 	server_end "$t"
 }
 
+# The guessers with their connections opened first, then a wrong key
+# written on each at once: the NIC refuses every one before the server
+# hears of the first break, so a source guesses as often as it holds
+# places (--conns-per-source, 8 here), and is refused after.
+test_guesses_at_once() {
+	local s=$1 t=$1/key_guesses/at_once i pids=() refused
+	own_server "$t" "$s" --isolation mr --conns-per-source 8 || return 0
+	rm -f "$work/go"
+	for i in 1 2 3 4 5 6 7 8; do
+		peer_bg "burst$i" "$server_port" req:4096 "wait:$work/go" write:4096:1
+		pids+=("$peer_pid")
+	done
+	for i in 1 2 3 4 5 6 7 8; do await_line "$work/burst$i.out" '^reply status=0 ' 20 || true; done
+	touch "$work/go"
+	wait "${pids[@]}" 2>/dev/null || true
+	refused=$(cat "$work"/burst*.out | grep -c '^write off=4096 status=IBV_WC_REM_ACCESS_ERR$' || true)
+	pass_if "$t/every_guess_made" "$refused of 8 wrong keys were refused by the NIC" [ "$refused" = 8 ]
+	for ((i = 0; i < 100; i++)); do
+		[ "$(grep -c '^disconnect ' "$work/server.out")" -lt 8 ] || break
+		sleep 0.1
+	done
+	if run_client ninth "$server_port" "$RDMA_ADDR" 4096 -n 16 -k 4; then
+		fail "$t/then_refused" "a ninth client from $RDMA_ADDR was served"
+	else
+		pass_if "$t/then_refused" "no 'source-penalized': $(head -c 300 "$work/ninth.err")" \
+			grep -q 'rejected the connection: source-penalized$' "$work/ninth.err"
+	fi
+	server_end "$t"
+}
+
 # A SEND WITH INVALIDATE naming a neighbour's key while the neighbour
 # streams. Under --isolation mr the key is a region's from ibv_reg_mr(),
 # which rxe does not let a peer invalidate (seen on 6.1 and 6.12): the
@@ -409,6 +439,7 @@ test_hostile() {
 	test_keepalive "$1"
 	test_broken_qp "$1"
 	test_key_guesses "$1"
+	test_guesses_at_once "$1"
 	test_invalidate "$1"
 	test_device_limits "$1"
 	test_output_stalled "$1"

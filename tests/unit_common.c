@@ -8,6 +8,7 @@
  * Reports in TAP (tests/tap.h).
  */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <fcntl.h>
 #include <math.h>
@@ -20,6 +21,8 @@
 
 #include "common/server.h"
 #include "tests/tap.h"
+
+#define H2 "::ffff:198.18.0.2" /* a host's GID, of 198.18.0.2 */
 
 #define MIB (1024u * 1024u)
 
@@ -438,6 +441,20 @@ static void test_conn_due(void)
 	EXPECT(due.what == DEADLINE_NONE && isinf(due.at));
 }
 
+/* id as a connect request from gid, the GID of its REQ's path (where its
+ * packets come from), whose private data names claim as its address. */
+static void request_from(struct rdma_cm_id *id, struct ibv_sa_path_rec *path,
+			 const char *gid, const char *claim)
+{
+	*path = (struct ibv_sa_path_rec){ 0 };
+	EXPECT(inet_pton(AF_INET6, gid, &path->dgid) == 1);
+	id->route.path_rec = path;
+	id->route.num_paths = 1;
+	id->route.addr.dst_sin6.sin6_family = AF_INET6;
+	EXPECT(inet_pton(AF_INET6, claim, &id->route.addr.dst_sin6.sin6_addr) ==
+	       1);
+}
+
 /*
  * Who may connect through a device in use: not a fourth connection of an
  * address that holds three places, half-open or established
@@ -451,6 +468,7 @@ static void test_conn_refusal(void)
 	static struct server srv;
 	struct ibv_context *verbs = (struct ibv_context *)&srv; /* a name */
 	struct rdma_cm_id ids[4] = { 0 }, other = { .verbs = verbs };
+	struct ibv_sa_path_rec paths[5];
 	struct conn conns[3] = { 0 };
 
 	srv.opt = (struct options){ .conns_per_source = 3,
@@ -460,11 +478,10 @@ static void test_conn_refusal(void)
 	srv.ndevices = 1;
 	for (int i = 0; i < 4; i++) {
 		ids[i].verbs = verbs;
-		ids[i].route.addr.dst_sin.sin_family = AF_INET;
-		ids[i].route.addr.dst_sin.sin_addr.s_addr = htonl(0xc6120002);
+		request_from(&ids[i], &paths[i], H2, H2);
 	}
-	other.route.addr.dst_sin.sin_family = AF_INET;
-	other.route.addr.dst_sin.sin_addr.s_addr = htonl(0xc6120003);
+	request_from(&other, &paths[4], "::ffff:198.18.0.3",
+		     "::ffff:198.18.0.3");
 	EXPECT(conn_refusal(&srv, &ids[3]) == NULL);
 	for (int i = 0; i < 3; i++) { /* three handshakes from one address */
 		conns[i] = (struct conn){ .id = &ids[i], .next = srv.conns };
@@ -481,9 +498,9 @@ static void test_conn_refusal(void)
 	EXPECT(conn_refusal(&srv, &ids[3]) == NULL);
 	conns[2].closing = false;
 	srv.opt.conns_per_source = 4;
-	srv.breaks[0] = (struct breaks){ .since = now_seconds(), .n = 1 };
-	memcpy(&srv.breaks[0].from, &ids[0].route.addr.dst_storage,
-	       sizeof(srv.breaks[0].from));
+	srv.breaks[0] = (struct breaks){ .from = paths[0].dgid,
+					 .since = now_seconds(),
+					 .n = 1 };
 	EXPECT(conn_refusal(&srv, &ids[3]) &&
 	       !strcmp(conn_refusal(&srv, &ids[3]), "source-penalized"));
 	srv.opt.max_conns = 3;
@@ -504,6 +521,7 @@ static void test_honest_burst(void)
 {
 	static struct server srv;
 	static struct rdma_cm_id ids[33];
+	static struct ibv_sa_path_rec paths[33];
 	static struct conn conns[32];
 
 	EXPECT(parse(&srv.opt, "--port", "0") == 0);
@@ -511,8 +529,7 @@ static void test_honest_burst(void)
 	srv.ndevices = 1;
 	for (int i = 0; i < 33; i++) {
 		ids[i].verbs = srv.devices[0].verbs;
-		ids[i].route.addr.dst_sin.sin_family = AF_INET;
-		ids[i].route.addr.dst_sin.sin_addr.s_addr = htonl(0xc6120002);
+		request_from(&ids[i], &paths[i], H2, H2);
 	}
 	for (int i = 0; i < 32; i++) {
 		EXPECT(conn_refusal(&srv, &ids[i]) == NULL);
@@ -523,23 +540,54 @@ static void test_honest_burst(void)
 	       !strcmp(conn_refusal(&srv, &ids[32]), "source-full"));
 }
 
-/* A source is a host: a.b.c.d and ::ffff:a.b.c.d are one (#49: two
- * sources); two addresses of one IPv6 /64 are two (a LAN's /64 is every
- * host's on it). */
+/* The minute an address is refused for starts at the break that reaches
+ * --breaks-per-source (4): the first 90 s ago, three more 31 s ago, and it
+ * is refused still (#49: it was for the first break's minute, then over);
+ * a minute after, no more. */
+static void test_penalty_minute(void)
+{
+	static struct server srv;
+	static struct rdma_cm_id id;
+	static struct ibv_sa_path_rec path;
+	struct breaks *b = &srv.breaks[0];
+	double now = now_seconds();
+	const char *why;
+
+	EXPECT(parse(&srv.opt, "--port", "0") == 0);
+	srv.devices[0].verbs = id.verbs = (struct ibv_context *)&srv;
+	srv.ndevices = 1;
+	request_from(&id, &path, H2, H2);
+	b->from = path.dgid;
+	break_add(b, now - 90, 4);
+	for (int i = 0; i < 3; i++)
+		break_add(b, now - 31, 4);
+	why = conn_refusal(&srv, &id);
+	EXPECT(why && !strcmp(why, "source-penalized"));
+	b->n = 0; /* a record anew: four breaks, the last 61 s ago */
+	for (int i = 0; i < 4; i++)
+		break_add(b, now - 61, 4);
+	EXPECT(conn_refusal(&srv, &id) == NULL);
+}
+
+/* A source is the GID its packets come from, not the address its REQ's
+ * private data claims (#49: a peer claiming H had H refused); IPv4 as
+ * ::ffff:a.b.c.d, its one form in a GID; two addresses of one IPv6 /64
+ * are two (a LAN's /64 is every host's on it). */
 static void test_source_is_host(void)
 {
 	static struct server srv;
 	static struct rdma_cm_id held, asks;
+	static struct ibv_sa_path_rec held_path, asks_path;
 	static struct conn conn = { .id = &held };
 	const struct {
-		const char *held, *asks;
+		const char *held_gid, *held_claim, *asks_gid;
 		bool refused;
 	} cases[] = {
-		{ "::ffff:198.18.0.2", "198.18.0.2", true },
-		{ "198.18.0.2", "::ffff:198.18.0.2", true },
-		{ "2001:db8::1", "2001:db8::2:3", false },
-		{ "2001:db8::1", "2001:db8:0:1::1", false },
-		{ "198.18.0.2", "198.18.0.3", false },
+		{ H2, "::ffff:198.18.0.9", H2, true },
+		{ "::ffff:198.18.0.9", H2, H2, false },
+		{ "2001:db8::1", "2001:db8::1", "2001:db8::2:3", false },
+		{ "2001:db8::1", "2001:db8::1", "2001:db8:0:1::1", false },
+		{ H2, H2, "::ffff:198.18.0.3", false },
 	};
 
 	srv.opt = (struct options){ .conns_per_source = 1, .max_conns = 4 };
@@ -548,25 +596,14 @@ static void test_source_is_host(void)
 	srv.ndevices = 1;
 	srv.conns = &conn;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct addrinfo hints = { .ai_flags = AI_NUMERICHOST }, *h, *a;
 		const char *why;
 
-		if (getaddrinfo(cases[i].held, NULL, &hints, &h)) {
-			EXPECT(!"getaddrinfo");
-			continue;
-		}
-		if (getaddrinfo(cases[i].asks, NULL, &hints, &a)) {
-			EXPECT(!"getaddrinfo");
-			freeaddrinfo(h);
-			continue;
-		}
-		memcpy(&held.route.addr.dst_storage, h->ai_addr, h->ai_addrlen);
-		memcpy(&asks.route.addr.dst_storage, a->ai_addr, a->ai_addrlen);
+		request_from(&held, &held_path, cases[i].held_gid,
+			     cases[i].held_claim);
+		request_from(&asks, &asks_path, cases[i].asks_gid, H2);
 		why = conn_refusal(&srv, &asks);
 		EXPECT(cases[i].refused ? why && !strcmp(why, "source-full")
 					: why == NULL);
-		freeaddrinfo(h);
-		freeaddrinfo(a);
 	}
 }
 
@@ -595,6 +632,7 @@ static const struct unit_test tests[] = {
 	{ "msg_rejects_bad_messages", test_msg_rejects_bad_messages },
 	{ "alloc_request_statuses", test_alloc_request_statuses },
 	{ "slot_check", test_slot_check },
+	{ "penalty_minute", test_penalty_minute },
 	{ "parse_u64", test_parse_u64 },
 	{ "parse_number", test_parse_number },
 	{ "names", test_names },
