@@ -102,8 +102,9 @@ void pool_destroy(struct pool *pool)
 }
 
 /* First fit: the lowest run of free chunks long enough for want bytes,
- * rounded up to whole chunks.  Walking bit by bit is plenty for a pool of a
- * few thousand chunks that changes once per connection. */
+ * rounded up to whole chunks.  A peer may ask again at once after a denial,
+ * and a pool may have a million chunks (4 GiB): a pool without that many
+ * free answers at once, and the walk passes 64 chunks in use at a time. */
 int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
 	       size_t *granted)
 {
@@ -112,9 +113,15 @@ int pool_alloc(struct pool *pool, uint64_t want, size_t *offset,
 	if (want == 0 || want > (uint64_t)pool->nchunks * POOL_CHUNK_SIZE)
 		return -EINVAL;
 	need = (want + POOL_CHUNK_SIZE - 1) / POOL_CHUNK_SIZE;
+	if (need > pool->nchunks - pool->used)
+		return -ENOMEM;
 
-	for (chunk = 0; chunk < pool->nchunks && run < need; chunk++)
+	for (chunk = 0; chunk < pool->nchunks && run < need; chunk++) {
+		if (chunk % BITS_PER_WORD == 0 &&
+		    pool->bits[chunk / BITS_PER_WORD] == UINT64_MAX)
+			chunk += BITS_PER_WORD - 1; /* all 64 in use */
 		run = chunk_in_use(pool, chunk) ? 0 : run + 1;
+	}
 	if (run < need)
 		return -ENOMEM;
 
