@@ -36,6 +36,7 @@
 
 #define WAIT_TIMEOUT_MS 10000	/* for a CM event, a reply, a doorbell */
 #define RESOLVE_TIMEOUT_MS 2000 /* for address and route resolution */
+#define RTT_SAMPLES (1u << 20)	/* round trips kept for the statistics */
 /* wr_id is ours: the completion hands it back.  Write i has wr_id i. */
 #define WRID_REQ 0
 #define WRID_REPLY UINT64_MAX
@@ -71,7 +72,6 @@ struct client {
 	struct doorbell *doorbells; /* in flight: a ring of W, oldest first */
 	uint32_t *values;	    /* the W sets of K values */
 	uint32_t posted, completed;
-	unsigned int send_flags;  /* IBV_SEND_INLINE, unless --no-inline */
 	struct ibv_mr *values_mr; /* --no-inline */
 	double *rtts;		  /* round-trip statistics */
 	uint32_t nrtts, max_rtts;
@@ -85,7 +85,6 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 static int send_queue_depth(struct client *cl, uint32_t *depth);
 static int qp_fail(struct client *cl, int err);
 static int values_register(struct client *cl);
-static int rtt_open(struct client *cl);
 static int step_pause(struct client *cl, const char *after);
 static int wc_failed(const struct ibv_wc *wc);
 static int slice_refused(struct client *cl, const struct ctrl_msg *reply);
@@ -163,7 +162,7 @@ static int verbs_open(struct client *cl)
 		.cap.max_recv_wr = 1,
 		.cap.max_send_sge = 1,
 		.cap.max_recv_sge = 1,
-		/* room for a 4-byte value inside each send queue entry */
+		/* inline: ibv_post_send() copies each value into its entry */
 		.cap.max_inline_data =
 			cl->opt.inline_data ? sizeof(uint32_t) : 0,
 	};
@@ -194,11 +193,11 @@ static int verbs_open(struct client *cl)
 	return ret ? fail("ibv_post_recv", ret) : 0;
 }
 
-/* One batch's work requests, a ring of W doorbells' values.  Inline (the
- * default), ibv_post_send() copies each value into its WQE. */
+/* One batch's work requests, a ring of W doorbells' values, round trips. */
 static int stream_open(struct client *cl)
 {
 	uint32_t k = cl->opt.every, w = cl->opt.window;
+	uint64_t doorbells = (uint64_t)cl->opt.writes / k + 1;
 	int err;
 
 	cl->wrs = calloc(k, sizeof(*cl->wrs));
@@ -209,19 +208,21 @@ static int stream_open(struct client *cl)
 		return fail("calloc(work requests)", ENOMEM);
 	for (uint32_t i = 0; i < w; i++)
 		cl->doorbells[i].values = cl->values + (size_t)i * k;
-	cl->send_flags = cl->opt.inline_data ? IBV_SEND_INLINE : 0;
 	err = values_register(cl); /* --no-inline */
-	return err ? err : rtt_open(cl);
+	if (err)
+		return err;
+	cl->max_rtts =
+		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
+	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
+	return cl->rtts ? 0 : fail("calloc(round trips)", ENOMEM);
 }
 
 #define TRANSPORT_RETRIES 6 /* resends; 7 is "forever" on Soft-RoCE */
 #define RNR_RETRY_FOREVER 7 /* 7: retry "receiver not ready" forever */
 /* How long the NIC waits for an acknowledgement before it resends, as an
- * exponent: 4.096 us * 2^16 = 0.27 s.  With TRANSPORT_RETRIES resends, a
- * server that vanished mid-stream fails our next work request after about
- * two seconds.  Left alone, the exponent comes from the kernel CM's packet
- * lifetime for RoCE, which depends on the kernel: docs/retry-counts.md
- * reads it off a QP (19 on Linux 6.1: 2.1 s a try). */
+ * exponent: 4.096 us * 2^16 = 0.27 s; with TRANSPORT_RETRIES resends, a
+ * server gone mid-stream fails our next work request in about 2 s.  Unset,
+ * it comes from the kernel CM and varies by kernel (docs/retry-counts.md). */
 #define ACK_TIMEOUT_EXP 16
 
 /* rdma_connect() sends a connect request (CM REQ).  When the reply (REP)
@@ -243,11 +244,10 @@ static int cm_connect(struct client *cl)
 	if (rdma_connect(cl->id, &param))
 		return fail("rdma_connect", errno);
 	err = cm_wait(cl, RDMA_CM_EVENT_ESTABLISHED);
-	if (err)
-		return err;
-	printf("connect server=%s port=%u qp=0x%" PRIx32 "\n", cl->opt.server,
-	       cl->opt.port, cl->id->qp->qp_num);
-	return 0;
+	if (!err)
+		printf("connect server=%s port=%u qp=0x%" PRIx32 "\n",
+		       cl->opt.server, cl->opt.port, cl->id->qp->qp_num);
+	return err;
 }
 
 /* Busy-poll the CQ for one completion: the fastest wait, a core's price. */
@@ -343,8 +343,9 @@ static void batch_fill(struct client *cl, uint32_t first, uint32_t count,
 			.num_sge = 1,
 			.opcode = is_doorbell ? IBV_WR_RDMA_WRITE_WITH_IMM
 					      : IBV_WR_RDMA_WRITE,
-			.send_flags = cl->send_flags |
-				      (is_doorbell ? IBV_SEND_SIGNALED : 0),
+			.send_flags =
+				(cl->opt.inline_data ? IBV_SEND_INLINE : 0) |
+				(is_doorbell ? IBV_SEND_SIGNALED : 0),
 			.imm_data = is_doorbell ? htobe32(i) : 0,
 			.wr.rdma.remote_addr =
 				cl->remote_addr +
@@ -450,9 +451,8 @@ int main(int argc, char **argv)
 	if (err)
 		goto out_destroy_verbs;
 	err = stream_open(&cl);
-	if (err)
-		goto out_free_stream;
-	err = cm_connect(&cl);
+	if (!err)
+		err = cm_connect(&cl);
 	if (err)
 		goto out_free_stream;
 	err = slice_request(&cl);
@@ -491,8 +491,6 @@ out:
 
 /* ==== Beyond the core path: a first read may skip ======================= */
 
-/* ---- the command line --------------------------------------------------- */
-
 #define DEFAULT_WRITES 1000
 #define DEFAULT_DOORBELL_EVERY 32
 #define DEFAULT_WINDOW 1 /* wait for each doorbell before the next batch */
@@ -521,7 +519,6 @@ static void usage(FILE *out)
 		DEFAULT_WINDOW);
 }
 
-/* Fills opt from the arguments, or says what is wrong and fails. */
 static int parse_options(int argc, char **argv, struct options *opt)
 {
 	static const struct option longopts[] = {
@@ -538,7 +535,6 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	};
 	uint64_t port = DEFAULT_PORT, writes = DEFAULT_WRITES, size = 0;
 	uint64_t every = DEFAULT_DOORBELL_EVERY, window = DEFAULT_WINDOW;
-	/* Each option that takes a number: its name, bounds and place. */
 	const struct {
 		int key;
 		const char *what;
@@ -605,8 +601,6 @@ static int parse_options(int argc, char **argv, struct options *opt)
 	return 0;
 }
 
-/* ---- connection troubles ------------------------------------------------ */
-
 /* The server's address, with our port, as for a socket. */
 static int server_addr(struct client *cl, struct sockaddr_storage *addr)
 {
@@ -627,9 +621,8 @@ static int server_addr(struct client *cl, struct sockaddr_storage *addr)
 	return 0;
 }
 
-/* Text from the network as it may reach a terminal: a byte outside
- * printable ASCII, or a backslash, as \xNN (an escape sequence could
- * retitle the user's terminal, move its cursor, rewrite what it shows). */
+/* Text from the network, for a terminal: a byte outside printable ASCII, or
+ * a backslash, as \xNN: an escape sequence could retitle or rewrite it. */
 static const char *shown(const char *text, size_t len, char *out, size_t size)
 {
 	size_t n = 0;
@@ -646,11 +639,10 @@ static const char *shown(const char *text, size_t len, char *out, size_t size)
 	return out;
 }
 
-/* cm_wait() got another event than it expected: say what happened, then
- * acknowledge the event (a rejection's reason lives in its private data,
- * only valid until then).  A rejecting server says why in a string, shown
- * escaped: anyone on the network may be that server.  A port nobody
- * listens on is rejected by the remote kernel with zeros. */
+/* cm_wait() got another event: say which, then ack it (a rejection's reason
+ * is in its private data, valid only until the ack).  A rejecting server
+ * says why in a string, shown escaped: anyone on the network may be that
+ * server.  A port nobody listens on is rejected by its kernel with zeros. */
 static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
 			 enum rdma_cm_event_type expected)
 {
@@ -680,22 +672,20 @@ static int cm_unexpected(struct client *cl, struct rdma_cm_event *event,
  * wr_id, status and qp_num are defined. */
 static int wc_failed(const struct ibv_wc *wc)
 {
+	char what[32]; /* "write " and a 64-bit number */
+
 	if (wc->wr_id == WRID_REQ || wc->wr_id == WRID_REPLY)
-		errorf("%s failed: %s (%s)",
-		       wc->wr_id == WRID_REQ ? "request" : "reply",
-		       wc_status_name(wc->status),
-		       ibv_wc_status_str(wc->status));
+		strcpy(what, wc->wr_id == WRID_REQ ? "request" : "reply");
 	else
-		errorf("write %" PRIu64 " failed: %s (%s)", wc->wr_id,
-		       wc_status_name(wc->status),
-		       ibv_wc_status_str(wc->status));
+		snprintf(what, sizeof(what), "write %" PRIu64, wc->wr_id);
+	errorf("%s failed: %s (%s)", what, wc_status_name(wc->status),
+	       ibv_wc_status_str(wc->status));
 	return -EIO;
 }
 
-/* The reply is no grant: not a RESP_ALLOC at all, a denial (printed, then
- * the client fails with its status), or too small for one slot.  The
- * status comes from the server: only a small positive number is an errno
- * value (Linux's are below 4096), so anything else is a broken reply. */
+/* No grant: not a RESP_ALLOC, a denial (printed; we fail with its status),
+ * or too small for one slot.  The status comes from the server: only a
+ * small positive one is an errno value (Linux's are below 4096). */
 #define MAX_ERRNO 4095
 
 static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
@@ -722,11 +712,8 @@ static int slice_refused(struct client *cl, const struct ctrl_msg *reply)
 	return -EBADMSG;
 }
 
-/* ---- --step, and the send queue's limits -------------------------------- */
-
-/* --step: make demo shows what the kernel holds for both programs while the
- * connection is up.  Everything stays as it is while we wait: the QP, the
- * slice and the server's view of them. */
+/* --step: while we wait, the QP, the slice and the server's view of them
+ * stay as they are, and make demo shows what the kernel holds for both. */
 static int step_pause(struct client *cl, const char *after)
 {
 	char line[64];
@@ -739,9 +726,8 @@ static int step_pause(struct client *cl, const char *after)
 	return 0;
 }
 
-/* The send queue holds W batches of K work requests: a send queue retires
- * its entries in order, so a doorbell completing is what frees its own
- * entry and those of the K - 1 unsignaled writes before it. */
+/* The send queue holds W batches of K, and retires its entries in order: a
+ * doorbell's completion also frees those of its batch's unsignaled writes. */
 static int send_queue_depth(struct client *cl, uint32_t *depth)
 {
 	uint64_t want = (uint64_t)cl->opt.every * cl->opt.window;
@@ -763,9 +749,8 @@ static int send_queue_depth(struct client *cl, uint32_t *depth)
 	return 0;
 }
 
-/* The device may refuse a send queue that max_qp_wr allows: mlx5, for one,
- * reserves room for a larger work request in every entry.  It says only
- * EINVAL; say which numbers made the queue that deep. */
+/* The device may refuse a depth max_qp_wr allows (mlx5 reserves room for a
+ * larger work request in every entry), saying only EINVAL: say what made it. */
 static int qp_fail(struct client *cl, int err)
 {
 	report("rdma_create_qp", err);
@@ -778,12 +763,9 @@ static int qp_fail(struct client *cl, int err)
 	return -err;
 }
 
-/* ---- --no-inline and --post-each ---------------------------------------- */
-
 /* --no-inline: the NIC fetches each value from memory when it sends the
- * write, which may be long after ibv_post_send() returned.  So the values
- * must be registered, and each must stay untouched until its batch has
- * completed: one set per doorbell in flight (the ring). */
+ * write, maybe long after ibv_post_send() returned: so the values must be
+ * registered, and each set untouched till its doorbell completes (the ring). */
 static int values_register(struct client *cl)
 {
 	size_t n = (size_t)cl->opt.every * cl->opt.window;
@@ -795,9 +777,8 @@ static int values_register(struct client *cl)
 	return cl->values_mr ? 0 : fail("ibv_reg_mr(values)", errno);
 }
 
-/* --post-each: one ibv_post_send() per write, not per batch, to measure
- * what the list is worth.  The doorbell's round trip starts with the call
- * that carries it. */
+/* --post-each: one ibv_post_send() per write, to measure what the list is
+ * worth; the doorbell's round trip starts with the call that carries it. */
 static int batch_post_each(struct client *cl, struct doorbell *doorbell)
 {
 	struct ibv_send_wr *wr, *next, *bad;
@@ -815,20 +796,6 @@ static int batch_post_each(struct client *cl, struct doorbell *doorbell)
 	return 0;
 }
 
-/* ---- round trips -------------------------------------------------------- */
-
-#define RTT_SAMPLES (1u << 20) /* round trips kept for the statistics */
-
-static int rtt_open(struct client *cl)
-{
-	uint64_t doorbells = (uint64_t)cl->opt.writes / cl->opt.every + 1;
-
-	cl->max_rtts =
-		doorbells < RTT_SAMPLES ? (uint32_t)doorbells : RTT_SAMPLES;
-	cl->rtts = calloc(cl->max_rtts, sizeof(*cl->rtts));
-	return cl->rtts ? 0 : fail("calloc(round trips)", ENOMEM);
-}
-
 static int seconds_cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -836,11 +803,10 @@ static int seconds_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The stream's summary, and its round trips.  Each doorbell's round trip,
- * from ibv_post_send() to its completion: the write crossing to the
- * server's NIC and the acknowledgement coming back (and, with a window,
- * the wait behind earlier batches).  The median and the 99th percentile
- * (nearest rank), in microseconds, of the first RTT_SAMPLES doorbells. */
+/* The summary, then the round trips, from ibv_post_send() to a doorbell's
+ * completion: the write crossing to the server's NIC and the
+ * acknowledgement coming back (with a window, also the wait behind earlier
+ * batches); median and p99 (nearest rank) of the first RTT_SAMPLES. */
 static void stream_report(struct client *cl, double seconds)
 {
 	uint32_t n = cl->nrtts;
