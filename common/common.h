@@ -1,5 +1,7 @@
 /*
- * common.h - the little that the client and both servers share.
+ * common.h - the little that the client and both servers share.  Everything
+ * here is plain C over libibverbs types; only devices_check() talks to the
+ * verbs library.  (What the two servers share besides is in server.h.)
  *
  *   - struct ctrl_msg: the 32-byte control message and its wire encoding;
  *   - the chunk pool: a bitmap that carves the server's memory into slices;
@@ -8,29 +10,23 @@
  *   - say(): a report line that never blocks;
  *   - number parsing for command lines, and the three error idioms below.
  *
- * Everything here is plain C over libibverbs types; only devices_check() talks
- * to the verbs library.  (What the two servers share besides is in server.h.)
- *
- * The three error idioms of the three programs:
- * 1. A function that can fail returns 0 or a negative errno value.  Where a
- *    call fails, fail() reports it once on stderr, naming the call and the
- *    reason ("rdma_pool_server: ibv_reg_mr(pool): Cannot allocate memory"),
- *    and gives back -err for the caller to pass up or act on:
+ * 1. A function that can fail returns 0 or a negative errno value.  fail()
+ *    reports a failed call once on stderr, naming it and the reason
+ *    ("rdma_pool_server: ibv_reg_mr(pool): Cannot allocate memory"), and
+ *    gives back -err for the caller to pass up or act on:
  *        if (!cq)
  *                return fail("ibv_create_cq", errno);
  *    errorf() reports what no call's errno says (a bad argument, a reply
  *    that makes no sense); the function then returns -EINVAL or the like.
- *    Where a failure concerns one client alone and the server goes on (the
- *    client is closed, or does without), report() says it and returns
- *    nothing: a function that only reports is void.
+ *    report() says a failure of one client alone (it is closed, or does
+ *    without; the server goes on): a function that only reports is void.
  * 2. A function that counts returns the count, or a negative errno value,
  *    as read(2) does: how many completions were handled, or events taken.
- * 3. What is set up is undone in reverse order of the setup, and an
- *    undoing step never stops the rest: undo() reports a failed call and
- *    keeps the first error of the run:
+ * 3. What is set up is undone in reverse order, and an undoing step never
+ *    stops the rest: undo() reports a failed call and keeps the first error:
  *        err = undo(err, "ibv_destroy_cq", ibv_destroy_cq(cq));
- *    A function that sets up several things undoes them by a goto ladder
- *    whose labels name what they undo (main()); one that undoes an object
+ *    Several things set up in one function are undone by a goto ladder
+ *    whose labels name what they undo (main()); an object's undoing
  *    (verbs_close()) checks each part, so a half-built one is undone too.
  */
 #ifndef RDMA_POOL_COMMON_H
@@ -53,9 +49,8 @@ enum ctrl_type {
 };
 
 /* The fields in the order and at the offsets they have on the wire (checked
- * at compile time in common.c).  In memory they hold host-order values;
- * msg_encode() and msg_decode() convert every field to and from big-endian,
- * so the two ends agree whatever CPUs they run on. */
+ * in common.c), in host order in memory: msg_encode() and msg_decode() turn
+ * each to and from big-endian, so the ends agree whatever CPUs they run on. */
 struct ctrl_msg {
 	uint32_t magic;
 	uint16_t version;
@@ -73,11 +68,9 @@ int msg_decode(const void *wire, size_t len, struct ctrl_msg *msg);
 #define POOL_CHUNK_SIZE 4096
 #define DEFAULT_POOL_SIZE (4u << 20) /* 4 MiB = 1024 chunks */
 
-/* One bit per chunk, set while the chunk belongs to some slice. */
 struct pool {
-	uint64_t *bits;
-	size_t nchunks;
-	size_t used; /* chunks in use */
+	uint64_t *bits; /* a bit per chunk, set while a slice holds the chunk */
+	size_t nchunks, used; /* chunks, and those in use */
 };
 
 int pool_init(struct pool *pool, size_t bytes);
@@ -88,8 +81,7 @@ void pool_free(struct pool *pool, size_t offset, size_t bytes);
 
 /* A connection's slice of the pool, in bytes: len == 0 while it holds none. */
 struct slice {
-	size_t off;
-	size_t len;
+	size_t off, len;
 };
 
 int alloc_request(struct pool *pool, const void *wire, size_t len,
@@ -107,11 +99,10 @@ const char *slot_verdict_name(enum slot_verdict verdict);
 const char *wc_status_name(enum ibv_wc_status status);
 const char *async_event_name(enum ibv_event_type type);
 
-/* A server prints a line per doorbell; if whoever reads its stdout falls
- * behind, a plain printf() would block the loop that serves every client.
- * say() writes a line only if stdout can take it now, and counts the
- * lines it drops; a reader gone (EPIPE) is noted, for the server to stop.
- * errorf() and fail() write to stderr the same way. */
+/* A server prints a line per doorbell: were its reader slow, a plain printf()
+ * would block the loop that serves every client.  say() writes a line only
+ * if stdout can take it now, counting those it drops; a reader gone (EPIPE)
+ * is noted, for the server to stop; errorf() and fail() treat stderr alike. */
 struct outlet {
 	uint64_t dropped;
 	bool closed;

@@ -12,36 +12,32 @@
 
 /* A connection not ESTABLISHED --handshake-timeout-ms after its accept (its
  * peer never sent the RTU) is closed, and so is one that sent no request
- * --request-timeout-ms after it (a client asks for its slice at once).
- * Then a connection gets a probe every --keepalive-ms: a client that only
- * writes is quiet to the server program, but RC has no keepalive of its
- * own, and a peer that vanished without a disconnect (its machine died)
- * would hold its place for ever.  A probe completes only once the peer's
- * NIC has acknowledged it and every send before it (a send queue completes
- * in order); one still unanswered --keepalive-ms later closes the
- * connection.  The cost: a packet and its acknowledgement per connection
- * every --keepalive-ms. */
+ * --request-timeout-ms after it (a client asks for its slice at once).  Then a
+ * connection gets a probe every --keepalive-ms: a client that only writes is
+ * quiet to the server program, but RC has no keepalive of its own, and a peer
+ * that vanished without a disconnect (its machine died) would hold its place
+ * for ever.  A probe completes only once the peer's NIC has acknowledged it
+ * and every send before it (a send queue completes in order); one still
+ * unanswered --keepalive-ms later closes the connection.  The cost: a packet
+ * and its acknowledgement per connection every --keepalive-ms. */
 struct due conn_due(const struct options *opt, const struct conn *conn)
 {
-	double keepalive = opt->keepalive_ms / 1e3;
+	double since = conn->accepted_at, keepalive = opt->keepalive_ms / 1e3;
 
 	if (conn->closing)
 		return (struct due){ DEADLINE_NONE, INFINITY };
 	if (!conn->established)
 		return (struct due){ DEADLINE_HANDSHAKE,
-				     conn->accepted_at +
-					     opt->handshake_ms / 1e3 };
+				     since + opt->handshake_ms / 1e3 };
 	if (!conn->requested)
 		return (struct due){ DEADLINE_REQUEST,
-				     conn->accepted_at +
-					     opt->request_ms / 1e3 };
+				     since + opt->request_ms / 1e3 };
 	if (!keepalive)
 		return (struct due){ DEADLINE_NONE, INFINITY };
 	return (struct due){ conn->probing ? DEADLINE_SILENT : DEADLINE_PROBE,
 			     conn->probed_at + keepalive };
 }
 
-/* The reason a close at one of the three deadlines that close gives. */
 const char *deadline_name(enum deadline what)
 {
 	static const char *const names[] = {
@@ -50,7 +46,7 @@ const char *deadline_name(enum deadline what)
 		[DEADLINE_SILENT] = "peer_silent",
 	};
 
-	return names[what];
+	return names[what]; /* NULL for the two that do not close */
 }
 
 /* A keepalive probe: an RDMA WRITE of no bytes, which the peer's NIC
@@ -75,15 +71,14 @@ int probe_send(struct conn *conn, double now)
 	return 0;
 }
 
-/* A completion came on a connection whose RTU the CM has not reported: the
- * client sends, so it has our REP.  Were its RTU lost, the handshake
- * deadline could close a client that works.  The completion proves what
- * the RTU would: rdma_notify(IBV_EVENT_COMM_EST) tells the CM so
- * (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes ESTABLISHED, and
- * librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU).  A device may
- * raise IBV_EVENT_COMM_EST for the first receive of such a QP, answered
- * here too; rxe raises none.  EISCONN: the RTU came first, and its event is
- * on its way; EINVAL: the connection is ending. */
+/* A completion on a connection whose RTU the CM has not reported proves what
+ * the RTU would: the client sends, so it has our REP.  Lest the handshake
+ * deadline close a client that works, rdma_notify(IBV_EVENT_COMM_EST) tells
+ * the CM so (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes
+ * ESTABLISHED, and librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU).
+ * A device may raise IBV_EVENT_COMM_EST for the first receive of such a QP,
+ * answered here too; rxe raises none.  EISCONN: the RTU came first, its event
+ * is on its way; EINVAL: the connection is ending. */
 void handshake_finish(struct conn *conn)
 {
 	if (rdma_notify(conn->id, IBV_EVENT_COMM_EST) && errno != EISCONN &&

@@ -1,10 +1,9 @@
 /*
- * device.c - what an RDMA device can take: its limits against the settings
- * at start (devices_fit(), from main()) and at its first client
- * (device_refusal(), from conn_refusal()); the device in use a client came
- * through (device_find()); the SRQ's limit event (srq_limit_arm(), from
- * srq_open()) and each QP's RNR wait (rnr_timer_shorten(), from
- * conn_create()).
+ * device.c - what an RDMA device can take: its limits against the settings at
+ * start (devices_fit(), from main()) and at a first client (device_refusal(),
+ * from conn_refusal()); which device a client came through (device_find());
+ * the SRQ's limit event (srq_limit_arm(), from srq_open()); each QP's RNR wait
+ * (rnr_timer_shorten(), from conn_create()).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,9 +13,8 @@
 
 /* Why a device cannot take this server's settings, or NULL if it can: an
  * SRQ of --srq-depth, a CQ for it and --max-conns send queues (cq_open()),
- * a QP per connection and, under --isolation mr, a region per slice.
- * Says which limit a setting passes (the device's attribute,
- * ibv_query_device(3)), if say_why. */
+ * a QP per connection and, under --isolation mr, a region per slice.  If
+ * say_why, names the ibv_query_device(3) attribute a setting passes. */
 const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			   bool say_why)
 {
@@ -27,11 +25,9 @@ const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 	int ret = ibv_query_device(verbs, &attr);
 	char why[256] = "";
 
-	if (ret) {
+	if (ret)
 		report("ibv_query_device", ret);
-		return "device-limits";
-	}
-	if (opt->srq_depth > (uint32_t)attr.max_srq_wr)
+	else if (opt->srq_depth > (uint32_t)attr.max_srq_wr)
 		snprintf(why, sizeof(why),
 			 "--srq-depth %" PRIu32 ": %s allows %d receives on an "
 			 "SRQ (max_srq_wr)",
@@ -54,11 +50,9 @@ const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			 "fewer than one per slice of --max-conns %" PRIu32
 			 " and two of the server's",
 			 name, attr.max_mr, opt->max_conns);
-	if (!why[0])
-		return NULL;
-	if (say_why)
+	if (why[0] && say_why)
 		errorf("%s", why);
-	return "device-limits";
+	return ret || why[0] ? "device-limits" : NULL;
 }
 
 /* At start: an RDMA device at all (devices_check()), and one at least that
@@ -86,9 +80,7 @@ int devices_fit(struct server *srv)
 		err = undo(err, "ibv_close_device", ibv_close_device(verbs));
 	}
 	ibv_free_device_list(list);
-	if (err)
-		return err;
-	return fits ? 0 : -EINVAL;
+	return err ? err : (fits ? 0 : -EINVAL);
 }
 
 /* Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
@@ -98,23 +90,20 @@ int devices_fit(struct server *srv)
 int srq_limit_arm(struct server *srv, struct device *dev)
 {
 	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
-	int ret;
+	int ret = 0;
 
-	if (!attr.srq_limit)
-		return 0;
-	ret = ibv_modify_srq(dev->srq, &attr, IBV_SRQ_LIMIT);
+	if (attr.srq_limit) /* under 8 receives, an eighth is 0 */
+		ret = ibv_modify_srq(dev->srq, &attr, IBV_SRQ_LIMIT);
 	return ret ? fail("ibv_modify_srq(srq_limit)", ret) : 0;
 }
 
-/* "receiver not ready", wait 0.64 ms (code 12); rxe: at least a kernel tick */
-#define MIN_RNR_TIMER 12
+#define MIN_RNR_TIMER 12 /* wait 0.64 ms; rxe: at least a kernel tick */
 
 /* When a message finds the SRQ empty, our NIC answers "receiver not ready"
  * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
- * rdma_accept() sets it to 0, which is not "no wait" but the longest,
- * 655 ms.  Once accepted, the QP takes a shorter one (a change in RTS); if
- * it will not, the connection still works, slowly under load: a warning,
- * not an error. */
+ * rdma_accept() sets it to 0: not "no wait" but the longest, 655 ms.  Once
+ * accepted, the QP takes a shorter one (a change in RTS); if it will not,
+ * the connection still works, slowly under load: a warning, not an error. */
 void rnr_timer_shorten(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };

@@ -1,18 +1,17 @@
 /*
- * keys.c - --isolation mr: a key per slice.  The pool's rkey opens all of
- * the pool to whoever holds it.  Under --isolation mr the pool has no rkey
- * at all (pool_keyless(), from pool_register()), and each client gets the
- * rkey of a region registered over its own slice (slice_key_make(), from
- * on_request()), deregistered once its QP is quiet (slice_key_drop(), from
- * conn_destroy()).  Under --isolation none, those two do nothing.
+ * keys.c - --isolation mr: a key per slice.  The pool's rkey opens all of the
+ * pool to whoever holds it.  Under --isolation mr the pool is not registered
+ * as a whole: no key to all of it exists to be printed, leaked or guessed
+ * (pool_keyless(), from pool_register()).  Each client gets the rkey of a
+ * region over its own slice (slice_key_make(), from on_request()),
+ * deregistered once its QP is quiet (slice_key_drop(), from conn_destroy()).
+ * Under --isolation none, those two do nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
 
 #include "common/server.h"
 
-/* The pool is not registered as a whole: no key to all of it exists to
- * be printed, leaked or guessed. */
 int pool_keyless(struct server *srv, struct device *dev)
 {
 	say(&srv->out,
@@ -22,15 +21,14 @@ int pool_keyless(struct server *srv, struct device *dev)
 	return 0;
 }
 
-/* A key to the slice just granted (and zeroed), in *rkey: a region
- * registered over this slice alone, the only pin of these pages, that lets
- * remote writes in (REMOTE_WRITE needs LOCAL_WRITE).  Its rkey works from
- * every QP of its PD, and every client's QP is in its device's one PD: a
- * client that learns or guesses a neighbour's key can write there; a wrong
- * guess breaks its QP, and the server closes it.  (Memory windows, which
- * could tie a key to one QP, are not used: docs/design.md says why.)  If
- * no key can be made, the slice goes back to the pool and the client is
- * denied with the errno of the failure. */
+/* A key to the slice just granted (and zeroed), in *rkey: a region over
+ * this slice alone, the only pin of these pages, that lets remote writes in
+ * (REMOTE_WRITE needs LOCAL_WRITE).  Its rkey works from every QP of its PD,
+ * and every client's QP is in its device's one PD: a client that learns or
+ * guesses a neighbour's key can write there; a wrong guess breaks its QP,
+ * and the server closes it.  (Memory windows, which could tie a key to one
+ * QP, are not used: docs/design.md says why.)  If none can be made, the
+ * slice goes back to the pool and the client is denied with the errno. */
 int slice_key_make(struct server *srv, struct conn *conn, uint32_t *rkey)
 {
 	if (srv->opt.isolation == ISOLATION_NONE)

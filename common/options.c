@@ -12,19 +12,16 @@
 #include "common/server.h"
 
 #define DEFAULT_SRQ_DEPTH 128
-#define MAX_SRQ_DEPTH 65536 /* ours; the device may allow fewer */
-/* Connections at once (--max-conns): it sizes the CQ, see cq_open(). */
-#define DEFAULT_MAX_CONNS 64
+#define MAX_SRQ_DEPTH 65536  /* ours; the device may allow fewer */
+#define DEFAULT_MAX_CONNS 64 /* --max-conns: it sizes the CQ, see cq_open() */
 #define MAX_MAX_CONNS 1024
 /* The deadlines of conn_due(), in ms. */
 #define DEFAULT_HANDSHAKE_MS 5000
 #define DEFAULT_REQUEST_MS 10000
 #define DEFAULT_KEEPALIVE_MS 10000
-/* Per source address, see conn_refusal() and breaks_count(). */
-#define DEFAULT_BREAKS_PER_SOURCE 4
 #define MAX_DEADLINE_MS 600000
-/* Hybrid polling (--busy-poll-us), see cq_event(). */
-#define DEFAULT_BUSY_POLL_US 200
+#define DEFAULT_BREAKS_PER_SOURCE 4 /* per source address: conn_refusal() */
+#define DEFAULT_BUSY_POLL_US 200    /* hybrid polling, see cq_event() */
 #define MAX_BUSY_POLL_US 1000000
 
 static void usage(FILE *out, bool busy_poll)
@@ -97,48 +94,41 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ "busy-poll-us", required_argument, NULL, 'B' },
 		{ NULL, 0, NULL, 0 },
 	};
-	/* The options that take a number: what each is called in a message,
-	 * its bounds, and where it goes. */
+	/* Options that take a number: name in messages, default, bounds. */
 	const struct {
 		int key;
 		const char *what;
+		uint32_t init;
 		uint64_t min, max;
 		uint32_t *value;
 	} numbers[] = {
-		{ 'p', "port", 0, UINT16_MAX, &opt->port },
-		{ 'P', "pool size", POOL_CHUNK_SIZE, UINT32_MAX,
-		  &opt->pool_size },
-		{ 'S', "SRQ depth", 1, MAX_SRQ_DEPTH, &opt->srq_depth },
-		{ 'C', "connection limit", 1, MAX_MAX_CONNS, &opt->max_conns },
-		{ 'T', "handshake timeout", 1, MAX_DEADLINE_MS,
-		  &opt->handshake_ms },
-		{ 'H', "connections per source", 1, MAX_MAX_CONNS,
-		  &opt->conns_per_source },
-		{ 'X', "breaks per source", 1, MAX_MAX_CONNS,
-		  &opt->breaks_per_source },
-		{ 'R', "request timeout", 1, MAX_DEADLINE_MS,
-		  &opt->request_ms },
-		{ 'K', "keepalive time", 0, MAX_DEADLINE_MS,
-		  &opt->keepalive_ms },
-		{ 'B', "busy-poll time", 0, MAX_BUSY_POLL_US,
-		  &opt->busy_poll_us },
+		{ 'p', "port", DEFAULT_PORT, 0, UINT16_MAX, &opt->port },
+		{ 'P', "pool size", DEFAULT_POOL_SIZE, POOL_CHUNK_SIZE,
+		  UINT32_MAX, &opt->pool_size },
+		{ 'S', "SRQ depth", DEFAULT_SRQ_DEPTH, 1, MAX_SRQ_DEPTH,
+		  &opt->srq_depth },
+		{ 'C', "connection limit", DEFAULT_MAX_CONNS, 1, MAX_MAX_CONNS,
+		  &opt->max_conns },
+		{ 'T', "handshake timeout", DEFAULT_HANDSHAKE_MS, 1,
+		  MAX_DEADLINE_MS, &opt->handshake_ms },
+		{ 'H', "connections per source", 0, /* half of --max-conns */
+		  1, MAX_MAX_CONNS, &opt->conns_per_source },
+		{ 'X', "breaks per source", DEFAULT_BREAKS_PER_SOURCE, 1,
+		  MAX_MAX_CONNS, &opt->breaks_per_source },
+		{ 'R', "request timeout", DEFAULT_REQUEST_MS, 1,
+		  MAX_DEADLINE_MS, &opt->request_ms },
+		{ 'K', "keepalive time", DEFAULT_KEEPALIVE_MS, 0,
+		  MAX_DEADLINE_MS, &opt->keepalive_ms },
+		{ 'B', "busy-poll time", DEFAULT_BUSY_POLL_US, 0,
+		  MAX_BUSY_POLL_US, &opt->busy_poll_us },
 	};
 	size_t i, n = sizeof(numbers) / sizeof(numbers[0]);
 	uint64_t value;
 	int c, err = 0;
 
-	*opt = (struct options){
-		.port = DEFAULT_PORT,
-		.address = "::",
-		.pool_size = DEFAULT_POOL_SIZE,
-		.srq_depth = DEFAULT_SRQ_DEPTH,
-		.max_conns = DEFAULT_MAX_CONNS,
-		.handshake_ms = DEFAULT_HANDSHAKE_MS,
-		.request_ms = DEFAULT_REQUEST_MS,
-		.keepalive_ms = DEFAULT_KEEPALIVE_MS,
-		.breaks_per_source = DEFAULT_BREAKS_PER_SOURCE,
-		.busy_poll_us = DEFAULT_BUSY_POLL_US,
-	};
+	*opt = (struct options){ .address = "::" };
+	for (i = 0; i < n; i++)
+		*numbers[i].value = numbers[i].init;
 	if (!busy_poll) /* the table ends before it, the last */
 		longopts[sizeof(longopts) / sizeof(longopts[0]) - 2] =
 			(struct option){ NULL, 0, NULL, 0 };
@@ -161,23 +151,19 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		} else if (c == 'I') {
 			errorf("bad isolation '%s': want none or mr", optarg);
 			err = -EINVAL;
-		} else if (c == 'h') {
-			opt->help = true;
-			usage(stdout, busy_poll);
-			return 0;
-		} else {
-			usage(stderr, busy_poll);
-			return -EINVAL;
+		} else { /* -h, or one getopt_long() has said is wrong */
+			opt->help = c == 'h';
+			usage(opt->help ? stdout : stderr, busy_poll);
+			return opt->help ? 0 : -EINVAL;
 		}
 	}
+	if (!opt->conns_per_source) /* not given: half of the places */
+		opt->conns_per_source = (opt->max_conns + 1) / 2;
 	if (!err && opt->pool_size % POOL_CHUNK_SIZE) {
 		errorf("bad pool size '%" PRIu32 "': want a multiple of %d",
 		       opt->pool_size, POOL_CHUNK_SIZE);
 		err = -EINVAL;
-	}
-	if (!opt->conns_per_source) /* not given: half of the places */
-		opt->conns_per_source = (opt->max_conns + 1) / 2;
-	if (!err && optind < argc) {
+	} else if (!err && optind < argc) {
 		errorf("unexpected argument '%s'", argv[optind]);
 		err = -EINVAL;
 	}
