@@ -27,7 +27,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,12 +77,12 @@ int main(int argc, char **argv)
 	err = parse_options(argc, argv, false, &srv.opt); /* no CQ to wait on */
 	if (err || srv.opt.help)
 		goto out;
-	err = devices_fit(&srv);
-	if (err)
-		goto out;
 	err = reports_open(&srv);
 	if (err)
 		goto out;
+	err = devices_fit(&srv); /* holds every device's context: srv.held */
+	if (err)
+		goto out_destroy_listener;
 	err = listen_open(&srv);
 	if (err)
 		goto out_destroy_listener;
@@ -96,6 +95,8 @@ out_destroy_listener:
 		err = undo(err, "rdma_destroy_id(listener)", errno);
 	if (srv.events)
 		rdma_destroy_event_channel(srv.events);
+	if (srv.held) /* after verbs_close(): they used its contexts */
+		rdma_free_devices(srv.held);
 	if (srv.sigfd >= 0)
 		close(srv.sigfd);
 out:
@@ -178,14 +179,14 @@ static void stats_print(struct server *srv, int signo)
 	stats_line(srv, signo, NULL, "");
 }
 
-/* One CM event (1; 0 if none), acked at once: rdma_destroy_id() waits for
- * the ack of its every event. */
+/* One CM event (1; 0 if none), acked at once (rdma_destroy_id() waits). */
 static int cm_handle(struct server *srv)
 {
 	struct rdma_cm_event *event;
 	enum rdma_cm_event_type type;
 	struct rdma_cm_id *id;
 	struct conn *conn;
+	const char *reason = NULL; /* for the close line: its peer's own */
 	int err = 0;
 
 	if (rdma_get_cm_event(srv->events, &event))
@@ -206,18 +207,17 @@ static int cm_handle(struct server *srv)
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL: /* rdma link delete: its clients */
+		reason = "device_removed";
+		/* fall through */
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or ours answered or not */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
 		if (conn) {
 			err = cq_drain(srv, conn->dev); /* its last doorbells */
-			conn_close(srv, conn, NULL);
+			conn_close(srv, conn, reason);
 		}
-		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		errorf("the RDMA device went away");
-		err = -ENODEV;
 		break;
 	default: /* TIMEWAIT_EXIT, ADDR_CHANGE...: nothing to do */
 		break;
