@@ -149,7 +149,8 @@ static struct breaks *breaks_of(struct server *srv, const union ibv_gid *from,
  * right), a message too long, a peer that stopped acknowledging.  Every
  * close comes through conn_close(), which calls this first.  One break
  * more for the peer's address; --breaks-per-source of them within a
- * minute, and the address is refused for a minute from the last of them
+ * minute, and the address is refused for a minute from the one that
+ * reached the limit
  * (conn_refusal()).  Cost: a query of the QP per close, and BREAK_SOURCES
  * records, whose oldest a new address takes. */
 void breaks_count(struct server *srv, struct conn *conn)
@@ -176,8 +177,8 @@ void break_add(struct breaks *b, double now, uint32_t limit)
 		b->since = now;
 }
 
-/* Whether id's peer address broke --breaks-per-source connections, the
- * last less than a minute ago. */
+/* Whether id's source broke --breaks-per-source connections within a
+ * minute, the one that reached the limit less than a minute ago. */
 static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
 {
 	const struct breaks *b = breaks_of(srv, source_of(id), false);

@@ -22,19 +22,19 @@
  * ssh session: never), unless the file is O_NONBLOCK (n_tty_write()).
  * That flag belongs to the open file, which the shell shares: the
  * terminal is opened again, a file of the server's own, non-blocking. */
-static int tty_unblock(int fd)
+static void tty_unblock(int fd)
 {
 	char path[32];
 	int tty;
 
 	if (!isatty(fd))
-		return 0;
+		return;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	tty = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK);
-	if (tty < 0 || dup2(tty, fd) < 0)
-		return fail(path, errno); /* the server ends */
-	close(tty);
-	return 0;
+	if (tty < 0 || dup2(tty, fd) < 0) /* another's terminal, say */
+		report(path, errno);	  /* left as it is: it may block */
+	if (tty >= 0)
+		close(tty);
 }
 
 /* The outputs and the signals.  Signals arrive as readable data on a file
@@ -48,8 +48,8 @@ int reports_open(struct server *srv)
 {
 	sigset_t mask;
 
-	if (tty_unblock(STDOUT_FILENO) || tty_unblock(STDERR_FILENO))
-		return -EIO;
+	tty_unblock(STDOUT_FILENO);
+	tty_unblock(STDERR_FILENO);
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
 		return fail("signal(SIGPIPE)", errno);
 	sigemptyset(&mask);

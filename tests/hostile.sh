@@ -173,8 +173,8 @@ test_broken_qp() {
 # Under --isolation mr a client's key opens its own slice only, but a key
 # can be guessed (rxe draws 8 bits of it at random): a wrong one breaks the
 # guesser's QP. Four guessers from one address, each writing just past its
-# slice, and the fifth connection from that address is refused for the rest
-# of the minute; a client from another address is served.
+# slice, and the fifth connection from that address is refused for a
+# minute; a client from another address is served.
 test_key_guesses() {
 	local s=$1 t=$1/key_guesses i wrong=''
 	second_address "$t" || return 0
@@ -197,10 +197,10 @@ test_key_guesses() {
 	server_end "$t"
 }
 
-# The guessers with their connections opened first, then a wrong key
-# written on each at once: the NIC refuses every one before the server
-# hears of the first break, so a source guesses as often as it holds
-# places (--conns-per-source, 8 here), and is refused after.
+# The guessers with their connections opened first, then on each at once
+# a write its key does not open (just past its slice, as a wrong key is
+# refused): the penalty refuses only new connections, so a source guesses
+# as often as it holds places (--conns-per-source, 8 here), then is refused.
 test_guesses_at_once() {
 	local s=$1 t=$1/key_guesses/at_once i pids=() refused
 	own_server "$t" "$s" --isolation mr --conns-per-source 8 || return 0
@@ -244,7 +244,7 @@ test_invalidate() {
 	rkey=$(sed -n 's/^granted .* rkey=\(0x[0-9a-f]*\) .*/\1/p' "$work/victim.out")
 	peer_steps attacker "$server_port" "sendinv:$rkey" || true
 	# The stream must outlast the attack, or the test shows nothing.
-	seen=$(grep -c '^doorbell ' "$work/server.out" || true)
+	seen=$(grep -c '^doorbell ' "$work/victim.out" || true)
 	if await_line "$work/server.err" '^[a-z_]+: receive qp=0x[0-9a-f]+ failed: IBV_WC_REM_INV_REQ_ERR$' 10; then
 		pass "$t/attacker_closed"
 	else
@@ -291,14 +291,16 @@ server_into_fifo() {
 }
 
 # stats_flood: SIGUSR1 to the server, a stats line each it reads (signals
-# sent faster are one), until it has written 100 KB, more than a pipe or a
-# terminal holds (64 KiB), or for 30 s: its doorbell lines are too few
-# for that (10 a second). wchar: the bytes its write()s took.
+# sent faster are one), until it has written 100 KB, more than a pipe (64
+# KiB) or a pty (about 12 KiB) holds; false if it did not in 30 s. Its
+# doorbell lines are too few for that (10 a second). wchar: the bytes its
+# write()s took.
 stats_flood() {
 	local end=$((SECONDS + 30)) k v wrote=0
 	while ((SECONDS < end && wrote < 100000)) && kill -USR1 "$server_pid" 2>/dev/null; do
 		while read -r k v; do [ "$k" != wchar: ] || wrote=$v; done <"/proc/$server_pid/io"
 	done
+	((wrote >= 100000))
 }
 
 # drops_counted T STATUS: the server, stopped, exited STATUS 0 and said
@@ -317,7 +319,7 @@ drops_counted() {
 test_output_stalled() {
 	local s=$1 t=$1/output_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' || return 0
-	stats_flood
+	stats_flood || fail "$t/output_filled" "the server wrote under 100 KB in 30 s of SIGUSR1"
 	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	status=0
@@ -342,7 +344,7 @@ test_tty_stalled() {
 		return
 	fi
 	kill -STOP "$script_pid"
-	stats_flood
+	stats_flood || fail "$t/output_filled" "the server wrote under 100 KB in 30 s of SIGUSR1"
 	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	# Ended, the server is a zombie until script, stopped, waits for it.
@@ -418,7 +420,7 @@ test_mismatch_flood() {
 test_stderr_stalled() {
 	local s=$1 t=$1/stderr_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' --stderr-too || return 0
-	stats_flood
+	stats_flood || fail "$t/output_filled" "the server wrote under 100 KB in 30 s of SIGUSR1"
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
 	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \
