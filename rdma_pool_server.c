@@ -121,8 +121,7 @@ static int listen_open(struct server *srv)
 	err = listener_bind(srv); /* -a ADDR, or every address */
 	if (err)
 		return err;
-	/* Port 0 asks the CM for any free port, as bind(2) does for a
-	 * socket; the listen line tells clients which one it chose. */
+	/* Port 0: any free port, as bind(2) has it; the listen line says. */
 	srv->opt.port = ntohs(rdma_get_src_port(srv->listener));
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
@@ -207,7 +206,9 @@ static int cm_handle(struct server *srv)
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL: /* rdma link delete: its clients */
+	case RDMA_CM_EVENT_DEVICE_REMOVAL: /* rdma link delete */
+		if (id == srv->listener)   /* -a bound it to that device */
+			err = fail("the device -a listens on", ENODEV);
 		reason = "device_removed";
 		/* fall through */
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or ours answered or not */
@@ -437,8 +438,8 @@ static void conn_close(struct server *srv, struct conn *conn,
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
 		report("ibv_modify_qp(IBV_QPS_ERR)", ret);
-	/* A DREQ, or the DREP if the client's DREQ came first; before an RTU,
-	 * neither (rdma_disconnect() in the kernel's cma.c). */
+	/* A DREQ, or the DREP to the client's; before an RTU, neither (cma.c)
+	 */
 	if (rdma_disconnect(conn->id))
 		report("rdma_disconnect", errno);
 	conn->closing = true;

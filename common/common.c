@@ -357,10 +357,10 @@ static void memlock_hint(void)
 
 /* Idiom 1 (common.h).  The errno value is an argument, taken before anything
  * else can overwrite it.  Two failures get a line of advice: no RDMA stack at
- * all (no /dev/infiniband/rdma_cm: librdmacm says ENODEV or ENOENT), and a
- * locked-memory limit too low to register memory.  A call that failed with
- * errno 0 still failed: -EIO, never 0, which every caller would take for
- * success. */
+ * all (no /dev/infiniband/rdma_cm: rdma_create_event_channel() or
+ * rdma_get_devices() says ENODEV or ENOENT), and a locked-memory limit too
+ * low to register memory.  A call that failed with errno 0 still failed:
+ * -EIO, never 0, which every caller would take for success. */
 int fail(const char *what, int err)
 {
 	if (!err) {
@@ -368,7 +368,9 @@ int fail(const char *what, int err)
 		return -EIO;
 	}
 	errorf("%s: %s", what, strerror(err));
-	if ((err == ENODEV || err == ENOENT) && strncmp(what, "rdma_", 5) == 0)
+	if ((err == ENODEV || err == ENOENT) &&
+	    (!strcmp(what, "rdma_create_event_channel") ||
+	     !strcmp(what, "rdma_get_devices")))
 		devices_hint();
 	if (err == ENOMEM && strncmp(what, "ibv_reg_mr", 10) == 0)
 		memlock_hint();

@@ -61,8 +61,9 @@ const char *device_refusal(struct server *srv, struct ibv_context *verbs,
  * named, and a client that comes through it refused (conn_refusal()).
  * The list of librdmacm's contexts is held to the end (srv->held): once a
  * device is gone from the list (rdma link delete) and no cm_id uses it,
- * librdmacm would close its context (ucma_put_device() in its cma.c), and
- * with it the PD, CQ and SRQ the server made on it. */
+ * librdmacm would close its context (remove_cma_dev() in its cma.c), and
+ * with it the PD, CQ and SRQ the server made on it.  The cost: every
+ * device is open from the start, and a delete waits for the server's end. */
 int devices_fit(struct server *srv)
 {
 	int n = 0, fits = 0, err = devices_check();
@@ -70,8 +71,8 @@ int devices_fit(struct server *srv)
 	if (err)
 		return err;
 	srv->held = rdma_get_devices(&n);
-	if (!srv->held)
-		return fail("rdma_get_devices", errno);
+	if (!srv->held || !n) /* none librdmacm could open (it skips those) */
+		return fail("rdma_get_devices", srv->held ? ENODEV : errno);
 	for (int i = 0; i < n; i++)
 		fits += !device_refusal(srv, srv->held[i], true);
 	return fits ? 0 : -EINVAL; /* main() lets go of the list */

@@ -153,8 +153,10 @@ test_device_removed() {
 	stays=$!
 	timeout 120 "$peer" "$RDMA_ADDR_DEV2" "$server_port" req:4096 sleep:100000 >"$work/gone.out" 2>"$work/gone.err" &
 	gone=$!
-	await_line "$work/gone.out" '^reply status=0 ' 20 || true
-	await_line "$work/stays.out" '^doorbell seq=' 20 || true
+	if ! await_line "$work/gone.out" '^reply status=0 ' 20 || ! await_line "$work/stays.out" '^doorbell seq=' 20; then
+		give_up "$t" "a client got no slice: $(cat "$work/gone.err" "$work/stays.err" | head -c 300)" "$stays" "$gone"
+		return
+	fi
 	rdma link delete "$RDMA_DEV2" &
 	del=$!
 	for ((i = 0; i < 20; i++)); do # its client closed: its stats say so
