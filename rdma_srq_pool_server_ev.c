@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -83,12 +84,12 @@ int main(int argc, char **argv)
 	err = parse_options(argc, argv, true, &srv.opt); /* --busy-poll-us */
 	if (err || srv.opt.help)
 		goto out;
+	err = devices_fit(&srv);
+	if (err)
+		goto out;
 	err = reports_open(&srv);
 	if (err)
 		goto out;
-	err = devices_fit(&srv); /* holds every device's context: srv.held */
-	if (err)
-		goto out_destroy_listener;
 	err = listen_open(&srv);
 	if (err)
 		goto out_destroy_listener;
@@ -101,8 +102,6 @@ out_destroy_listener:
 		err = undo(err, "rdma_destroy_id(listener)", errno);
 	if (srv.events)
 		rdma_destroy_event_channel(srv.events);
-	if (srv.held) /* after verbs_close(): they used its contexts */
-		rdma_free_devices(srv.held);
 	if (srv.sigfd >= 0)
 		close(srv.sigfd);
 out:
@@ -127,7 +126,8 @@ static int listen_open(struct server *srv)
 	err = listener_bind(srv); /* -a ADDR, or every address */
 	if (err)
 		return err;
-	/* Port 0: any free port, as bind(2) has it; the listen line says. */
+	/* Port 0 asks the CM for any free port, as bind(2) does for a
+	 * socket; the listen line tells clients which one it chose. */
 	srv->opt.port = ntohs(rdma_get_src_port(srv->listener));
 	if (rdma_listen(srv->listener, LISTEN_BACKLOG))
 		return fail("rdma_listen", errno);
@@ -201,7 +201,9 @@ static int poll_timeout(struct server *srv, double due)
 			return 0;
 	if (srv->nclosing && ms > REAP_MS)
 		return REAP_MS;
-	return isinf(ms) ? -1 : ms > 0 ? (int)ms + 1 : 0;
+	if (isinf(ms))
+		return -1;
+	return ms > 0 ? (int)ms + 1 : 0;
 }
 
 /* What is in use, after SIGUSR1 or at the end after signo: a line for each
@@ -223,14 +225,14 @@ static void stats_print(struct server *srv, int signo)
 	stats_line(srv, signo, NULL, tail);
 }
 
-/* One CM event (1; 0 if none), acked at once (rdma_destroy_id() waits). */
+/* One CM event (1; 0 if none), acked at once: rdma_destroy_id() waits for
+ * the ack of its every event. */
 static int cm_handle(struct server *srv)
 {
 	struct rdma_cm_event *event;
 	enum rdma_cm_event_type type;
 	struct rdma_cm_id *id;
 	struct conn *conn;
-	const char *reason = NULL; /* for the close line: its peer's own */
 	int err = 0;
 
 	if (rdma_get_cm_event(srv->events, &event))
@@ -251,19 +253,18 @@ static int cm_handle(struct server *srv)
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL: /* rdma link delete */
-		if (id == srv->listener)   /* -a bound it to that device */
-			err = fail("the device -a listens on", ENODEV);
-		reason = "device_removed";
-		/* fall through */
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or ours answered or not */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
 		if (conn) {
 			err = cq_drain(srv, conn->dev); /* its last doorbells */
-			conn_close(srv, conn, reason);
+			conn_close(srv, conn, NULL);
 		}
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		errorf("the RDMA device went away");
+		err = -ENODEV;
 		break;
 	default: /* TIMEWAIT_EXIT, ADDR_CHANGE...: nothing to do */
 		break;
@@ -516,8 +517,8 @@ static void conn_close(struct server *srv, struct conn *conn,
 	ret = ibv_modify_qp(conn->id->qp, &attr, IBV_QP_STATE);
 	if (ret)
 		report("ibv_modify_qp(IBV_QPS_ERR)", ret);
-	/* A DREQ, or the DREP to the client's; before an RTU, neither (cma.c)
-	 */
+	/* A DREQ, or the DREP if the client's DREQ came first; before an RTU,
+	 * neither (rdma_disconnect() in the kernel's cma.c). */
 	if (rdma_disconnect(conn->id))
 		report("rdma_disconnect", errno);
 	conn->closing = true;

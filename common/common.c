@@ -357,10 +357,10 @@ static void memlock_hint(void)
 
 /* Idiom 1 (common.h).  The errno value is an argument, taken before anything
  * else can overwrite it.  Two failures get a line of advice: no RDMA stack at
- * all (no /dev/infiniband/rdma_cm: rdma_create_event_channel() or
- * rdma_get_devices() says ENODEV or ENOENT), and a locked-memory limit too
- * low to register memory.  A call that failed with errno 0 still failed:
- * -EIO, never 0, which every caller would take for success. */
+ * all (no /dev/infiniband/rdma_cm: rdma_create_event_channel() says ENODEV
+ * or ENOENT), and a locked-memory limit too low to register memory.  A call
+ * that failed with errno 0 still failed: -EIO, never 0, which every caller
+ * would take for success. */
 int fail(const char *what, int err)
 {
 	if (!err) {
@@ -369,8 +369,7 @@ int fail(const char *what, int err)
 	}
 	errorf("%s: %s", what, strerror(err));
 	if ((err == ENODEV || err == ENOENT) &&
-	    (!strcmp(what, "rdma_create_event_channel") ||
-	     !strcmp(what, "rdma_get_devices")))
+	    strcmp(what, "rdma_create_event_channel") == 0)
 		devices_hint();
 	if (err == ENOMEM && strncmp(what, "ibv_reg_mr", 10) == 0)
 		memlock_hint();

@@ -58,24 +58,29 @@ const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 /* At start: an RDMA device at all (devices_check()), and one at least that
  * can take the settings; a setting none can take is refused now, by name,
  * not at the first client.  A device that cannot, when another can, is
- * named, and a client that comes through it refused (conn_refusal()).
- * The list of librdmacm's contexts is held to the end (srv->held): once a
- * device is gone from the list (rdma link delete) and no cm_id uses it,
- * librdmacm would close its context (remove_cma_dev() in its cma.c), and
- * with it the PD, CQ and SRQ the server made on it.  The cost: every
- * device is open from the start, and a delete waits for the server's end. */
+ * named, and a client that comes through it refused (conn_refusal()). */
 int devices_fit(struct server *srv)
 {
-	int n = 0, fits = 0, err = devices_check();
+	struct ibv_device **list;
+	int n, fits = 0, err = devices_check();
 
 	if (err)
 		return err;
-	srv->held = rdma_get_devices(&n);
-	if (!srv->held || !n) /* none librdmacm could open (it skips those) */
-		return fail("rdma_get_devices", srv->held ? ENODEV : errno);
-	for (int i = 0; i < n; i++)
-		fits += !device_refusal(srv, srv->held[i], true);
-	return fits ? 0 : -EINVAL; /* main() lets go of the list */
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return fail("ibv_get_device_list", errno);
+	for (int i = 0; i < n; i++) {
+		struct ibv_context *verbs = ibv_open_device(list[i]);
+
+		if (!verbs) {
+			report("ibv_open_device", errno);
+			continue;
+		}
+		fits += !device_refusal(srv, verbs, true);
+		err = undo(err, "ibv_close_device", ibv_close_device(verbs));
+	}
+	ibv_free_device_list(list);
+	return err ? err : (fits ? 0 : -EINVAL);
 }
 
 /* Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than

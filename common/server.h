@@ -112,7 +112,6 @@ struct server {
 	struct options opt;
 	struct rdma_event_channel *events;
 	struct rdma_cm_id *listener;
-	struct ibv_context **held; /* every device's, held: devices_fit() */
 	struct device devices[MAX_DEVICES]; /* the first ndevices are open */
 	unsigned int ndevices;
 	struct conn *conns;

@@ -135,47 +135,6 @@ test_memlock() {
 	fi
 }
 
-# rdma link delete of a device with a client on it: the kernel's CM tells
-# the connections on it (RDMA_CM_EVENT_DEVICE_REMOVAL, where rdma_cm was
-# loaded after ib_uverbs, as scripts/soft-roce.sh loads them; here, on one
-# machine, the peer's own disconnect may come first), and the server closes
-# that device's connection and serves on: a client of the other device
-# streams on. The delete waits until every process lets go of the device,
-# the server at its end. The device is made again for the tests after.
-# (Before, the server stopped: the stream failed.)
-test_device_removed() {
-	local s=$1 t=$1/device_removed netdev stays gone del status=0 i
-	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (SOFT_ROCE_DEVICES=2)"; return; }
-	needs_root "$t" "delete a device and make it again" || return 0
-	netdev=$(rdma link show "$RDMA_DEV2/1" | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
-	own_server "$t" "$s" || return 0
-	run_client stays "$server_port" "$RDMA_ADDR" 81920 -n 2000000 -k 1000 &
-	stays=$!
-	timeout 120 "$peer" "$RDMA_ADDR_DEV2" "$server_port" req:4096 sleep:100000 >"$work/gone.out" 2>"$work/gone.err" &
-	gone=$!
-	if ! await_line "$work/gone.out" '^reply status=0 ' 20 || ! await_line "$work/stays.out" '^doorbell seq=' 20; then
-		give_up "$t" "a client got no slice: $(cat "$work/gone.err" "$work/stays.err" | head -c 300)" "$stays" "$gone"
-		return
-	fi
-	rdma link delete "$RDMA_DEV2" &
-	del=$!
-	for ((i = 0; i < 20; i++)); do # its client closed: its stats say so
-		kill -USR1 "$server_pid" 2>/dev/null || { i=20 && break; }
-		! await_line "$work/server.out" "^stats device=$RDMA_DEV2 connections=0 " 1 || break
-	done
-	pass_if "$t/its_clients_closed" "after 20 s: $(tail -n 3 "$work/server.out" "$work/server.err" | tr '\n' '|')" [ "$i" -lt 20 ]
-	end_jobs "$gone"
-	wait "$stays" || status=$?
-	pass_if "$t/others_served" "the other device's client exited $status: $(head -c 300 "$work/stays.err")" \
-		grep -q '^done writes=2000000 doorbells=2000 ' "$work/stays.out"
-	stop_server || fail "$t/server_survives" "exit status $?"
-	status=0
-	await_exit "$del" 20 || status=$?
-	pass_if "$t/delete_done" "rdma link delete: status $status (124: still waiting 20 s after the server's end)" [ "$status" = 0 ]
-	rdma link add "$RDMA_DEV2" type rxe netdev "$netdev" ||
-		fail "$t/device_back" "rdma link add $RDMA_DEV2 type rxe netdev $netdev failed: the tests after lack it"
-}
-
 # A device the server cannot open (its pool passes ulimit -l, the first
 # device's pool having taken most of it) costs only its own clients: one
 # through it is refused while a client of the first device holds its
