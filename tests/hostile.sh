@@ -291,16 +291,21 @@ server_into_fifo() {
 }
 
 # stats_flood: SIGUSR1 to the server, a stats line each it reads (signals
-# sent faster are one), until it has written 100 KB, more than a pipe (64
-# KiB) or a pty (about 12 KiB) holds; false if it did not in 30 s. Its
-# doorbell lines are too few for that (10 a second). wchar: the bytes its
-# write()s took.
+# sent faster are one), until what its write()s took (wchar) has not grown
+# for 2 s: its output is full (a pipe holds 64 KiB, a pty about 12 KiB),
+# or it is blocked; false if it still grew after 30 s. Its doorbell lines
+# are too few to fill it (10 a second).
 stats_flood() {
-	local end=$((SECONDS + 30)) k v wrote=0
-	while ((SECONDS < end && wrote < 100000)) && kill -USR1 "$server_pid" 2>/dev/null; do
+	local end=$((SECONDS + 30)) k v wrote=0 last=-1 since=$SECONDS
+	while ((SECONDS < end)) && kill -USR1 "$server_pid" 2>/dev/null; do
 		while read -r k v; do [ "$k" != wchar: ] || wrote=$v; done <"/proc/$server_pid/io"
+		if ((wrote != last)); then
+			last=$wrote since=$SECONDS
+		elif ((SECONDS - since >= 2)); then
+			return 0
+		fi
 	done
-	((wrote >= 100000))
+	return 1
 }
 
 # drops_counted T STATUS: the server, stopped, exited STATUS 0 and said
@@ -319,7 +324,7 @@ drops_counted() {
 test_output_stalled() {
 	local s=$1 t=$1/output_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' || return 0
-	stats_flood || fail "$t/output_filled" "the server wrote under 100 KB in 30 s of SIGUSR1"
+	stats_flood || fail "$t/output_filled" "the server's output still took more after 30 s of SIGUSR1"
 	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 4000 -k 1 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	status=0
@@ -344,7 +349,7 @@ test_tty_stalled() {
 		return
 	fi
 	kill -STOP "$script_pid"
-	stats_flood || fail "$t/output_filled" "the server wrote under 100 KB in 30 s of SIGUSR1"
+	stats_flood || fail "$t/output_filled" "the server's output still took more after 30 s of SIGUSR1"
 	run_client stalled "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || status=$?
 	pass_if "$t/client_served" "client exited $status: $(head -c 300 "$work/stalled.err")" [ "$status" = 0 ]
 	# Ended, the server is a zombie until script, stopped, waits for it.
@@ -420,7 +425,7 @@ test_mismatch_flood() {
 test_stderr_stalled() {
 	local s=$1 t=$1/stderr_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' --stderr-too || return 0
-	stats_flood || fail "$t/output_filled" "the server wrote under 100 KB in 30 s of SIGUSR1"
+	stats_flood || fail "$t/output_filled" "the server's output still took more after 30 s of SIGUSR1"
 	# shellcheck disable=SC2046 # one step per word
 	peer_steps flood "$server_port" req:4096 $(printf 'ring:2 %.0s' $(seq 4000)) || true
 	timeout 30 "$client" --port "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 \
