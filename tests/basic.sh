@@ -41,7 +41,7 @@ test_lapping() {
 		kill -CONT "$server_pid"
 	fi
 	wait "$pid" || status=$?
-	grant=$(grant_of "$work/lap.out" 4096)
+	grant=$(grant_line "$work/lap.out" 4096)
 	qp=$(echo "$grant" | cut -d' ' -f2)
 	if [ "$status" != 0 ]; then
 		fail "$t" "client exited $status ($(head -c 300 "$work/lap.err"))"

@@ -120,10 +120,10 @@ session() {
 	echo "$lines"
 }
 
-# grant_of OUT SIZE: the server's last grant line of SIZE bytes for the
+# grant_line OUT SIZE: the server's last grant line of SIZE bytes for the
 # slice the client that wrote OUT was granted: its address, and its key
 # where the server prints it (not under --isolation mr).
-grant_of() {
+grant_line() {
 	local addr rkey
 	read -r addr rkey < <(sed -n 's/^granted addr=\(0x[0-9a-f]*\) rkey=\(0x[0-9a-f]*\) .*/\1 \2/p' "$1") || true
 	[ -n "$addr" ] || return 0
@@ -162,7 +162,7 @@ check_session() {
 	local name=$1 n=$2 k=$3 granted=$4
 	local out=$work/$name.out grant qp lines seqs=() want got why
 
-	grant=$(grant_of "$out" "$granted")
+	grant=$(grant_line "$out" "$granted")
 	[ -n "$grant" ] || { echo "no 'granted ... size=$granted' from the client, or no grant of its slice from the server"; return 1; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
 
