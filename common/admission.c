@@ -26,9 +26,8 @@ static bool any_address(const struct sockaddr *sa)
 	       htonl(INADDR_ANY);
 }
 
-/* The bind failed.  The wildcard is always there: the port is taken.  A
- * given address may be no address of this machine as well: rdma_cm says
- * EADDRNOTAVAIL for either. */
+/* The bind failed: the port is taken, or a given address is not this machine's
+ * (the wildcard always is); rdma_cm says EADDRNOTAVAIL for either. */
 static int listen_fail(struct server *srv, bool wildcard, int err)
 {
 	if (err != EADDRINUSE && err != EADDRNOTAVAIL)
@@ -44,17 +43,15 @@ static int listen_fail(struct server *srv, bool wildcard, int err)
 	return -err;
 }
 
-/* Bind the listener to -a ADDR (an address of either family, or a name:
- * its first address) and --port.  The default, "::", is every address of
- * both families: an IPv6 wildcard hears IPv4 connect requests too once
- * RDMA_OPTION_ID_AFONLY is 0, set here rather than left to the sysctl
- * net.ipv6.bindv6only, which rdma_bind_addr() follows otherwise (the
- * kernel's cma.c: rdma_bind_addr(), cma_match_private_data()). */
+/* Bind the listener to -a ADDR (either family, or a name: its first address)
+ * and --port.  The default "::" is every address of both families: an IPv6
+ * wildcard hears IPv4 connect requests too with RDMA_OPTION_ID_AFONLY 0, set
+ * here, not left to the sysctl net.ipv6.bindv6only as rdma_bind_addr() would
+ * (the kernel's cma.c: rdma_bind_addr(), cma_match_private_data()). */
 int listener_bind(struct server *srv)
 {
-	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
-				  .ai_socktype = SOCK_STREAM },
-			*ai;
+	struct addrinfo *ai, hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				       .ai_socktype = SOCK_STREAM };
 	char port[8];
 	int afonly = 0, ret;
 	bool wildcard;
@@ -88,15 +85,15 @@ void conn_reject(struct server *srv, struct rdma_cm_id *id, const char *reason)
 		report("rdma_destroy_id", errno);
 }
 
-/* Who a connection comes from: the GID of its CM REQ's primary path,
- * which its QP's address vector gets (cm_format_paths_from_req() and
- * cm_init_qp_rtr_attr() in the kernel's cm.c): rxe drops any packet for
- * the QP from another address (check_addr() in rxe_recv.c).  Not
- * rdma_get_peer_addr(): that is the address the REQ's private data names
- * (cma_save_ip_info() in cma.c), which a peer writes as it likes.  A
- * RoCEv2 GID is an IPv6 address, IPv4 as ::ffff:a.b.c.d: one form a host.
- * IPv6 by the whole address: a /64 is a link's (RFC 4291), every host's
- * on it, and counted by it a LAN would be one source. */
+/* Who a connection comes from: the GID of its CM REQ's primary path, which
+ * its QP's address vector gets (cm_format_paths_from_req(),
+ * cm_init_qp_rtr_attr() in the kernel's cm.c); rxe drops any packet for the
+ * QP from another address (check_addr() in rxe_recv.c).  Not
+ * rdma_get_peer_addr(): the address the REQ's private data names
+ * (cma_save_ip_info() in cma.c), which a peer writes as it likes.  A RoCEv2
+ * GID is an IPv6 address, IPv4 as ::ffff:a.b.c.d: one form a host.  IPv6 by
+ * the whole address: a /64 is a link's (RFC 4291), every host's on it;
+ * counted by it, a LAN would be one source. */
 static const union ibv_gid *source_of(const struct rdma_cm_id *id)
 {
 	static const union ibv_gid none; /* no path: the CM gives one */
@@ -105,10 +102,10 @@ static const union ibv_gid *source_of(const struct rdma_cm_id *id)
 }
 
 /* The places taken: each connection that can still complete a send (an
- * open one, and a closing one until its last send has completed; then only
+ * open one, or a closing one until its last send completes; then only
  * receives it took from the SRQ, which the SRQ's share of the CQ covers):
- * --max-conns at most, what the CQ is sized for (cq_open()); *mine: those
- * of from's host. */
+ * --max-conns at most, what the CQ is sized for (cq_open()); *mine: from's
+ * host's. */
 static unsigned int places(const struct server *srv, const union ibv_gid *from,
 			   unsigned int *mine)
 {
@@ -143,16 +140,14 @@ static struct breaks *breaks_of(struct server *srv, const union ibv_gid *from,
 	return oldest;
 }
 
-/* A QP that the server finds in the error state before it put it there
- * broke for its peer's reasons: a write with a key that does not open
- * where it points (a guessed key: under --isolation mr, 1 in 256 is
- * right), a message too long, a peer that stopped acknowledging.  Every
- * close comes through conn_close(), which calls this first.  One break
- * more for the peer's address; --breaks-per-source of them within a
- * minute, and the address is refused for a minute from the one that
- * reached the limit
- * (conn_refusal()).  Cost: a query of the QP per close, and BREAK_SOURCES
- * records, whose oldest a new address takes. */
+/* A QP in the error state before the server put it there broke for its peer's
+ * reasons: a write with a key that does not open where it points (a guessed
+ * key: under --isolation mr, 1 in 256 is right), a message too long, a peer
+ * that stopped acknowledging.  Every close comes through conn_close(), which
+ * calls this first.  One break more for the peer's address;
+ * --breaks-per-source of them within a minute, and it is refused for a minute
+ * from the one that reached the limit (conn_refusal()).  Cost: a QP query per
+ * close, and BREAK_SOURCES records, whose oldest a new address takes. */
 void breaks_count(struct server *srv, struct conn *conn)
 {
 	struct ibv_qp_attr attr;
@@ -166,7 +161,7 @@ void breaks_count(struct server *srv, struct conn *conn)
 
 /* One break more in b, at now: a new minute if b's began a minute ago; the
  * break that reaches limit starts the minute its address is refused for
- * (source_penalized()), wherever in the first that break falls. */
+ * (conn_refusal()), wherever in the first that break falls. */
 void break_add(struct breaks *b, double now, uint32_t limit)
 {
 	if (!b->n || now - b->since >= BREAK_WINDOW_S) { /* a new minute */
@@ -177,26 +172,17 @@ void break_add(struct breaks *b, double now, uint32_t limit)
 		b->since = now;
 }
 
-/* Whether id's source broke --breaks-per-source connections within a
- * minute, the one that reached the limit less than a minute ago. */
-static bool source_penalized(struct server *srv, struct rdma_cm_id *id)
-{
-	const struct breaks *b = breaks_of(srv, source_of(id), false);
-
-	return b && b->n >= srv->opt.breaks_per_source &&
-	       now_seconds() - b->since < BREAK_WINDOW_S;
-}
-
-/* Why a connect request must be refused, or NULL if it may come in: it
- * came through a device not in use yet that cannot take the settings
- * (device_refusal()), or MAX_DEVICES are in use already; or its address
- * holds --conns-per-source places already, established or half-open (one
- * host must not take every place), or broke too many (breaks_count()); or
- * the server is full. */
+/* Why a connect request must be refused, or NULL if it may come in: it came
+ * through a device not in use yet that cannot take the settings
+ * (device_refusal()), or MAX_DEVICES are in use already; or its address holds
+ * --conns-per-source places already, established or half-open (one host must
+ * not take every place), or broke too many, the one that reached the limit
+ * less than a minute ago (breaks_count()); or the server is full. */
 const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 {
 	unsigned int mine, all = places(srv, source_of(id), &mine);
 	const char *why = NULL;
+	const struct breaks *b;
 
 	if (!device_find(srv, id->verbs)) /* a device not in use yet */
 		why = srv->ndevices < MAX_DEVICES
@@ -206,7 +192,9 @@ const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 		return why;
 	if (mine >= srv->opt.conns_per_source)
 		return "source-full";
-	if (source_penalized(srv, id))
+	b = breaks_of(srv, source_of(id), false);
+	if (b && b->n >= srv->opt.breaks_per_source &&
+	    now_seconds() - b->since < BREAK_WINDOW_S)
 		return "source-penalized";
 	if (all >= srv->opt.max_conns)
 		return "server-full";

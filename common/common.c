@@ -13,9 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The wire format is the struct's own layout: every field naturally aligned,
- * so the compiler adds no padding, and these checks make sure it never does.
- * That is what lets msg_encode() be a byte swap and a memcpy. */
+/* The wire format is the struct's layout, fields naturally aligned: no padding
+ * (these checks see to it), so msg_encode() is a byte swap and a memcpy. */
 _Static_assert(sizeof(struct ctrl_msg) == CTRL_MSG_SIZE, "ctrl_msg size");
 _Static_assert(offsetof(struct ctrl_msg, magic) == 0, "magic offset");
 _Static_assert(offsetof(struct ctrl_msg, version) == 4, "version offset");
@@ -84,13 +83,11 @@ static void chunk_mark(struct pool *pool, size_t chunk, bool in_use)
 
 int pool_init(struct pool *pool, size_t bytes)
 {
-	size_t words;
-
 	if (bytes == 0 || bytes % POOL_CHUNK_SIZE)
 		return -EINVAL;
 	pool->nchunks = bytes / POOL_CHUNK_SIZE;
-	words = (pool->nchunks + BITS_PER_WORD - 1) / BITS_PER_WORD;
-	pool->bits = calloc(words, sizeof(*pool->bits));
+	pool->bits = calloc((pool->nchunks + BITS_PER_WORD - 1) / BITS_PER_WORD,
+			    sizeof(*pool->bits));
 	pool->used = 0;
 	return pool->bits ? 0 : fail("calloc(pool bitmap)", ENOMEM);
 }
@@ -144,11 +141,10 @@ void pool_free(struct pool *pool, size_t offset, size_t bytes)
 	pool->used -= count;
 }
 
-/* What a server answers one received control message, in the order the
- * protocol checks: is it a well-formed REQ_ALLOC (-EBADMSG), does the
- * connection already hold a slice (-EBUSY), is the size possible at all
- * (-EINVAL), is there room (-ENOMEM).  *asked is the size the peer asked
- * for, or 0 if the message could not be read. */
+/* What a server answers a control message, in the order the protocol checks:
+ * is it a well-formed REQ_ALLOC (-EBADMSG), does the connection already hold a
+ * slice (-EBUSY), is the size possible at all (-EINVAL), is there room
+ * (-ENOMEM).  *asked: the size asked for, 0 for an unreadable message. */
 int alloc_request(struct pool *pool, const void *wire, size_t len,
 		  struct slice *slice, uint32_t *asked)
 {
@@ -163,11 +159,10 @@ int alloc_request(struct pool *pool, const void *wire, size_t len,
 	return pool_alloc(pool, req.size, &slice->off, &slice->len);
 }
 
-/* The client writes value i into slot (i - 1) mod slots and rings doorbell
- * seq = i with its last write, so when the doorbell completes the slot of
- * seq holds seq.  If the client has since gone a whole lap round its slice,
- * the slot holds seq plus a multiple of slots: late, but not wrong.  With
- * no slice (slots 0) a doorbell has no slot: never ok. */
+/* The client writes value i into slot (i - 1) mod slots and, with its last
+ * write, rings doorbell seq = i: when the doorbell completes, seq's slot holds
+ * seq, or, if the client has since lapped its slice, seq plus a multiple of
+ * slots (late, not wrong).  With no slice (slots 0): no slot, never ok. */
 enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots)
 {
 	if (slots && value == seq)
@@ -179,15 +174,9 @@ enum slot_verdict slot_check(uint32_t seq, uint32_t value, uint32_t slots)
 
 const char *slot_verdict_name(enum slot_verdict verdict)
 {
-	switch (verdict) {
-	case SLOT_OK:
-		return "ok";
-	case SLOT_LAPPED:
-		return "lapped";
-	case SLOT_MISMATCH:
-		break;
-	}
-	return "MISMATCH";
+	return verdict == SLOT_OK	? "ok"
+	       : verdict == SLOT_LAPPED ? "lapped"
+					: "MISMATCH";
 }
 
 #define NAME(x) [x] = #x /* NAME(X) is [X] = "X": each name written once */
@@ -337,10 +326,9 @@ static void devices_hint(void)
 }
 
 /* Registering memory pins its pages in RAM (the NIC may access them at any
- * moment, so they must never be swapped out or moved), and the kernel lets
- * an unprivileged process pin at most RLIMIT_MEMLOCK bytes: past that,
- * ibv_reg_mr() fails with ENOMEM.  A process with CAP_IPC_LOCK (which root
- * has, unless a container drops it) is exempt. */
+ * moment: never swapped out or moved); an unprivileged process may pin at most
+ * RLIMIT_MEMLOCK bytes, past which ibv_reg_mr() fails with ENOMEM.  A process
+ * with CAP_IPC_LOCK (root's, unless a container drops it) is exempt. */
 static void memlock_hint(void)
 {
 	struct rlimit lim;
@@ -356,11 +344,10 @@ static void memlock_hint(void)
 }
 
 /* Idiom 1 (common.h).  The errno value is an argument, taken before anything
- * else can overwrite it.  Two failures get a line of advice: no RDMA stack at
- * all (no /dev/infiniband/rdma_cm: rdma_create_event_channel() says ENODEV
- * or ENOENT), and a locked-memory limit too low to register memory.  A call
- * that failed with errno 0 still failed: -EIO, never 0, which every caller
- * would take for success. */
+ * can overwrite it.  Two failures get a line of advice: no RDMA stack (no
+ * /dev/infiniband/rdma_cm: rdma_create_event_channel() says ENODEV or ENOENT),
+ * and a locked-memory limit too low to register memory.  A call that failed
+ * with errno 0 still failed: -EIO, never 0, which callers read as success. */
 int fail(const char *what, int err)
 {
 	if (!err) {

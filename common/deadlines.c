@@ -10,16 +10,15 @@
 
 #include "common/server.h"
 
-/* A connection not ESTABLISHED --handshake-timeout-ms after its accept (its
- * peer never sent the RTU) is closed, and so is one that sent no request
- * --request-timeout-ms after it (a client asks for its slice at once).  Then a
- * connection gets a probe every --keepalive-ms: a client that only writes is
- * quiet to the server program, but RC has no keepalive of its own, and a peer
- * that vanished without a disconnect (its machine died) would hold its place
- * for ever.  A probe completes only once the peer's NIC has acknowledged it
- * and every send before it (a send queue completes in order); one still
- * unanswered --keepalive-ms later closes the connection.  The cost: a packet
- * and its acknowledgement per connection every --keepalive-ms. */
+/* A connection not ESTABLISHED --handshake-timeout-ms after its accept (no
+ * RTU) is closed, and so is one with no request --request-timeout-ms after it
+ * (a client asks for its slice at once).  Then it gets a probe every
+ * --keepalive-ms: a client that only writes is quiet to the server program,
+ * but RC has no keepalive, and a peer that vanished without a disconnect (its
+ * machine died) would hold its place for ever.  A probe completes once the
+ * peer's NIC has acknowledged it and every send before it (a send queue
+ * completes in order); one unanswered --keepalive-ms later closes the
+ * connection.  Cost: a packet and its ack per connection each period. */
 struct due conn_due(const struct options *opt, const struct conn *conn)
 {
 	double since = conn->accepted_at, keepalive = opt->keepalive_ms / 1e3;
@@ -72,13 +71,12 @@ int probe_send(struct conn *conn, double now)
 }
 
 /* A completion on a connection whose RTU the CM has not reported proves what
- * the RTU would: the client sends, so it has our REP.  Lest the handshake
- * deadline close a client that works, rdma_notify(IBV_EVENT_COMM_EST) tells
- * the CM so (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes
- * ESTABLISHED, and librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU).
- * A device may raise IBV_EVENT_COMM_EST for the first receive of such a QP,
- * answered here too; rxe raises none.  EISCONN: the RTU came first, its event
- * is on its way; EINVAL: the connection is ending. */
+ * the RTU would: the client has our REP.  Lest the handshake deadline close a
+ * client that works, rdma_notify(IBV_EVENT_COMM_EST) tells the CM so
+ * (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes ESTABLISHED, and
+ * librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU); so does a
+ * device's IBV_EVENT_COMM_EST (rxe raises none).  EISCONN: the RTU came
+ * first, its event is on its way; EINVAL: the connection is ending. */
 void handshake_finish(struct conn *conn)
 {
 	if (rdma_notify(conn->id, IBV_EVENT_COMM_EST) && errno != EISCONN &&

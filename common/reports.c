@@ -16,12 +16,11 @@
 
 #include "common/server.h"
 
-/* A terminal is the one output that poll() does not keep from blocking:
- * POLLOUT there means some room (n_tty_poll() in the kernel's n_tty.c),
- * and a write() that needs more sleeps until the reader makes it (a hung
- * ssh session: never), unless the file is O_NONBLOCK (n_tty_write()).
- * That flag belongs to the open file, which the shell shares: the
- * terminal is opened again, a file of the server's own, non-blocking. */
+/* A terminal is the one output poll() does not keep from blocking: POLLOUT
+ * there means some room (n_tty_poll() in the kernel's n_tty.c), and a write()
+ * needing more sleeps until the reader makes it (a hung ssh session: never),
+ * unless the file is O_NONBLOCK (n_tty_write()).  The flag is the open file's,
+ * shared with the shell: the server reopens the terminal non-blocking. */
 static void tty_unblock(int fd)
 {
 	char path[32];
@@ -38,12 +37,11 @@ static void tty_unblock(int fd)
 }
 
 /* The outputs and the signals.  Signals arrive as readable data on a file
- * descriptor instead of interrupting the program: the loop checks it like
- * any other source of work, and no global flag is needed.  SIGINT and
- * SIGTERM stop the server, SIGUSR1 asks for its counters.  SIGPIPE, which
- * would end the server without its teardown when its stdout's reader goes
- * away, is ignored: say() sees EPIPE instead, and the server stops on
- * srv->out.closed. */
+ * descriptor instead of interrupting the program: the loop checks it like any
+ * other source of work, and no global flag is needed.  SIGINT and SIGTERM stop
+ * the server, SIGUSR1 asks for its counters.  SIGPIPE, which would end the
+ * server without its teardown when its stdout's reader goes away, is ignored:
+ * say() sees EPIPE instead, and the server stops on srv->out.closed. */
 int reports_open(struct server *srv)
 {
 	sigset_t mask;
@@ -74,11 +72,10 @@ int signal_take(struct server *srv)
 	return (int)info.ssi_signo;
 }
 
-/* What is in use right now on one device, or on all of them (dev NULL),
- * after SIGUSR1 ("stats") or at the end, after the signal signo
- * ("shutdown signal=SIGINT"); tail: the server's own counts.  Once every
- * client has gone, and its QP with it: 0 connections, 0 closing, 0
- * chunks, every receive posted; anything else was lost. */
+/* What is in use on one device, or on all (dev NULL), after SIGUSR1 ("stats")
+ * or at the end, after the signal signo ("shutdown signal=SIGINT"); tail: the
+ * server's own counts.  Once every client and its QP have gone: 0 connections,
+ * 0 closing, 0 chunks, every receive posted; anything else was lost. */
 void stats_line(struct server *srv, int signo, const struct device *dev,
 		const char *tail)
 {
@@ -157,15 +154,13 @@ static void unsaid_print(struct server *srv, struct conn *conn)
 	memset(conn->unsaid, 0, sizeof(conn->unsaid));
 }
 
-/* A doorbell's verdict, decided by on_doorbell(): ok, lapped, or a
- * MISMATCH (ordering or data broke; no slice to hold it), which stderr
- * hears of too.  At most DOORBELL_LINES_PER_S doorbells a second are said
- * per connection.  A WRITE_WITH_IMM of no bytes needs no key and no slice
- * (rxe's check_rkey(), the IB spec's C9-88): a peer ringing at its NIC's
- * rate would otherwise have the server write a line per doorbell, as fast
- * as the NIC takes them: a full disk, or a terminal that shows nothing
- * else.  The rest are counted by verdict, and said in one line when the
- * next second's first one comes, or the connection goes (destroy_print()). */
+/* A doorbell's verdict (on_doorbell()): ok, lapped, or a MISMATCH (ordering or
+ * data broke; no slice to hold it), which stderr hears of too.  A
+ * WRITE_WITH_IMM of no bytes needs no key and no slice (rxe's check_rkey(),
+ * the IB spec's C9-88): a peer may ring at its NIC's rate, and a line each
+ * would fill a disk, or a terminal.  So at most DOORBELL_LINES_PER_S a second
+ * are said per connection; the rest are counted by verdict, said in one line
+ * at the next second's first or when the connection goes (destroy_print()). */
 #define DOORBELL_LINES_PER_S 10
 void doorbell_print(struct server *srv, struct conn *conn, uint32_t seq,
 		    uint32_t value, enum slot_verdict verdict)
@@ -212,10 +207,9 @@ void failure_print(const struct conn *conn, const struct ibv_wc *wc)
 		       wc_status_name(wc->status));
 }
 
-/* An asynchronous event, named: with its QP's number for a QP's error or
- * COMM_EST; why the server stops, if it does (a CQ, an SRQ or a device
- * that broke).  LAST_WQE_REACHED, the last event of every QP that closes
- * on a kernel that raises it, is not said. */
+/* An asynchronous event, named, with its QP's number for a QP's error or
+ * COMM_EST, and why the server stops if it does (a broken CQ, SRQ or device).
+ * Not LAST_WQE_REACHED, each closing QP's last event on kernels raising it. */
 void async_print(struct server *srv, const struct ibv_async_event *event)
 {
 	const char *name = async_event_name(event->event_type);
@@ -242,11 +236,10 @@ void async_print(struct server *srv, const struct ibv_async_event *event)
 	}
 }
 
-/* A QP is being destroyed, its slice back; what ended the wait
- * (conn_quiet()).  A send still outstanding then was abandoned (a device
- * that flushes nothing: never seen): counted, and said.  Its completion,
- * should one come after all, finds no connection: rxe gives a QP number
- * again only after about a million QPs (docs/design.md). */
+/* A QP is being destroyed, its slice back; what ended the wait (conn_quiet()).
+ * A send still outstanding was abandoned (a device that flushes nothing: never
+ * seen): counted, and said.  A late completion of it finds no connection: rxe
+ * reuses a QP number only after about a million QPs (docs/design.md). */
 void destroy_print(struct server *srv, struct conn *conn, double now)
 {
 	if (conn->sending)
