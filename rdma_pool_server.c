@@ -7,17 +7,16 @@
  * (the SRQ) and its CQ.  The core path, in the order it runs:
  *
  *   main          listen_open; serve, the tick loop; at the end, conns_end
- *                 and verbs_close for each device
  *   cm_handle     a connect request (the first through a device opens it:
  *                 verbs_open; each gets a QP: conn_create), or a client
- *                 gone (conn_close)
+ *                 or its device gone (conn_close)
  *   async_handle  a device's events: a QP that broke (conn_close),
  *                 LAST_WQE_REACHED, COMM_EST
  *   cq_drain      each completion: on_request and reply_send, on_doorbell,
  *                 or a failure (conn_close)
  *   conns_walk    each connection, once a turn: at a deadline, a close or
  *                 a keepalive probe; once closed and conn_quiet,
- *                 conn_destroy
+ *                 conn_destroy (a device's last client: verbs_close)
  * common/ (server.h lists it) holds what both servers do alike beyond this
  * lesson, and closes no connection: every close is in this file.  The twin
  * rdma_srq_pool_server_ev.c waits for events.
@@ -27,7 +26,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +65,7 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
 static int conns_walk(struct server *srv, double *next);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
 static int conns_end(struct server *srv);
-static int verbs_close(struct device *dev);
+static int verbs_close(struct server *srv, struct device *dev);
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
 int main(int argc, char **argv)
@@ -88,9 +86,7 @@ int main(int argc, char **argv)
 	if (err)
 		goto out_destroy_listener;
 	err = serve(&srv);
-	err = undo(err, NULL, conns_end(&srv));
-	for (unsigned int i = srv.ndevices; i-- > 0;)
-		err = undo(err, NULL, verbs_close(&srv.devices[i]));
+	err = undo(err, NULL, conns_end(&srv)); /* and each device's */
 out_destroy_listener:
 	if (srv.listener && rdma_destroy_id(srv.listener))
 		err = undo(err, "rdma_destroy_id(listener)", errno);
@@ -155,6 +151,7 @@ static int serve(struct server *srv)
 			ret = conns_walk(srv, &due);
 		if (ret < 0)
 			return ret;
+		devices_look(srv, &due);
 		signo = signal_take(srv);
 		if (signo == SIGUSR1)
 			stats_print(srv, signo);
@@ -170,7 +167,7 @@ static int serve(struct server *srv)
 }
 
 /* What is in use, after SIGUSR1 or at the end after signo: a line for each
- * device in use, then the sums of them all. */
+ * device in use, then the totals. */
 static void stats_print(struct server *srv, int signo)
 {
 	for (unsigned int i = 0; i < srv->ndevices; i++)
@@ -186,6 +183,7 @@ static int cm_handle(struct server *srv)
 	enum rdma_cm_event_type type;
 	struct rdma_cm_id *id;
 	struct conn *conn;
+	const char *reason = NULL; /* NULL: the peer's own doing */
 	int err = 0;
 
 	if (rdma_get_cm_event(srv->events, &event))
@@ -206,18 +204,19 @@ static int cm_handle(struct server *srv)
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL: /* rdma link delete: its ids' */
+		if (!conn) /* the listener's, bound by -a to that device */
+			return fail("the device -a listens on", ENODEV);
+		reason = "device_removed";
+		/* fall through */
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or ours answered or not */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
 		if (conn) {
 			err = cq_drain(srv, conn->dev); /* its last doorbells */
-			conn_close(srv, conn, NULL);
+			conn_close(srv, conn, reason);
 		}
-		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		errorf("the RDMA device went away");
-		err = -ENODEV;
 		break;
 	default: /* TIMEWAIT_EXIT, ADDR_CHANGE...: nothing to do */
 		break;
@@ -236,15 +235,13 @@ static void on_connect_request(struct server *srv, struct rdma_cm_id *id)
 
 	if (!refusal && !dev) {
 		dev = &srv->devices[srv->ndevices++];
-		if (verbs_open(srv, dev, id->verbs)) {
-			verbs_close(dev);
-			*dev = (struct device){ 0 };
-			srv->ndevices--;
+		if (verbs_open(srv, dev, id->verbs))
 			refusal = "server-setup-failed";
-		}
 	}
 	if (!refusal && conn_create(srv, dev, id))
 		refusal = "connection-setup-failed";
+	if (dev && !dev->nconns) /* its first client, refused */
+		verbs_close(srv, dev);
 	if (refusal)
 		conn_reject(srv, id, refusal);
 }
@@ -403,6 +400,7 @@ static int conn_create(struct server *srv, struct device *dev,
 	rnr_timer_shorten(id->qp);
 	conn->id = id;
 	conn->dev = dev;
+	dev->nconns++;
 	conn->qp_num = id->qp->qp_num;
 	conn->accepted_at = conn->probed_at = now_seconds(); /* keepalive */
 	conn->next = srv->conns;
@@ -439,7 +437,7 @@ static void conn_close(struct server *srv, struct conn *conn,
 		report("ibv_modify_qp(IBV_QPS_ERR)", ret);
 	/* A DREQ, or the DREP if the client's DREQ came first; before an RTU,
 	 * neither (rdma_disconnect() in the kernel's cma.c). */
-	if (rdma_disconnect(conn->id))
+	if (rdma_disconnect(conn->id) && errno != ENXIO) /* device gone */
 		report("rdma_disconnect", errno);
 	conn->closing = true;
 	conn->closed_at = now_seconds();
@@ -688,18 +686,21 @@ static int conns_walk(struct server *srv, double *next)
 }
 
 /* Give back what a quiet connection held (a write the NIC was placing in
- * its slice when the QP stopped has landed by now); destroy QP and id. */
+ * its slice when the QP stopped has landed by now); destroy QP, the device's
+ * set if it was the last on it, and id; then say so. */
 static int conn_destroy(struct server *srv, struct conn *conn, double now)
 {
 	int err = slice_key_drop(conn);
 
 	if (conn->slice.len)
 		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
-	destroy_print(srv, conn, now);
 	srv->nclosing--;
 	rdma_destroy_qp(conn->id);
+	if (!--conn->dev->nconns) /* before its last cm_id goes */
+		err = undo(err, NULL, verbs_close(srv, conn->dev));
 	if (rdma_destroy_id(conn->id))
 		err = undo(err, "rdma_destroy_id", errno);
+	destroy_print(srv, conn, now);
 	free(conn);
 	return err;
 }
@@ -729,8 +730,8 @@ static int conns_end(struct server *srv)
 	return ret < 0 ? ret : 0;
 }
 
-/* Undo verbs_open() in reverse, once no QP is left. */
-static int verbs_close(struct device *dev)
+/* Undo verbs_open() in reverse, once no QP is left, and forget dev. */
+static int verbs_close(struct server *srv, struct device *dev)
 {
 	int err = 0;
 
@@ -749,5 +750,6 @@ static int verbs_close(struct device *dev)
 	pool_destroy(&dev->pool);
 	if (dev->pd)
 		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(dev->pd));
+	device_forget(srv, dev);
 	return err;
 }

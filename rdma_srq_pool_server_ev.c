@@ -6,10 +6,10 @@
  * or its own events, have news.  The core path, in the order it runs:
  *
  *   main          listen_open; serve, which sleeps in poll() (poll_timeout);
- *                 at the end, conns_end and verbs_close for each device
+ *                 at the end, conns_end
  *   cm_handle     a connect request (the first through a device opens it:
  *                 verbs_open, replies_open; each gets a QP: conn_create),
- *                 or a client gone (conn_close)
+ *                 or a client or its device gone (conn_close)
  *   async_handle  a device's events: a QP that broke (conn_close),
  *                 LAST_WQE_REACHED, COMM_EST
  *   cq_event      the CQ's event: get, ack, drain, re-arm, drain; or spin
@@ -18,7 +18,7 @@
  *                 failure (conn_close)
  *   conns_walk    each connection, once a turn: at a deadline, a close or
  *                 a keepalive probe; once closed and conn_quiet,
- *                 conn_destroy
+ *                 conn_destroy (a device's last client: verbs_close)
  * common/ (server.h lists it) holds what both servers do alike beyond this
  * lesson, and closes no connection: every close is in this file.  The twin
  * rdma_pool_server.c polls on a tick.
@@ -28,7 +28,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -73,7 +72,7 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq);
 static int conns_walk(struct server *srv, double *next);
 static int conn_destroy(struct server *srv, struct conn *conn, double now);
 static int conns_end(struct server *srv);
-static int verbs_close(struct device *dev);
+static int verbs_close(struct server *srv, struct device *dev);
 
 /* The setup, the loop, and a goto ladder undoing the setup (common.h). */
 int main(int argc, char **argv)
@@ -94,9 +93,7 @@ int main(int argc, char **argv)
 	if (err)
 		goto out_destroy_listener;
 	err = serve(&srv);
-	err = undo(err, NULL, conns_end(&srv));
-	for (unsigned int i = srv.ndevices; i-- > 0;)
-		err = undo(err, NULL, verbs_close(&srv.devices[i]));
+	err = undo(err, NULL, conns_end(&srv)); /* and each device's */
 out_destroy_listener:
 	if (srv.listener && rdma_destroy_id(srv.listener))
 		err = undo(err, "rdma_destroy_id(listener)", errno);
@@ -138,7 +135,8 @@ static int listen_open(struct server *srv)
 
 /* Sleep in poll() until a CM event or a signal, or a CQ or async event of
  * a device in use (two fds each, polled from the turn after it opens), or
- * the next deadline (poll_timeout()); until SIGINT, SIGTERM or EPIPE. */
+ * the next deadline or look at the devices (poll_timeout()); until SIGINT,
+ * SIGTERM or EPIPE. */
 static int serve(struct server *srv)
 {
 	enum { CM, SIG, DEVICES }; /* then each device's CQ and ASYNC */
@@ -151,15 +149,22 @@ static int serve(struct server *srv)
 	double due = INFINITY;
 
 	while (signo != SIGINT && signo != SIGTERM && !srv->out.closed) {
-		int nfds = DEVICES + 2 * (int)srv->ndevices;
+		unsigned int n = srv->ndevices; /* cm_handle() may add one */
 
-		if (poll(fds, (nfds_t)nfds, poll_timeout(srv, due)) < 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			struct pollfd *f = &fds[DEVICES + 2 * i];
+
+			f[CQ].fd = srv->devices[i].comp->fd;
+			f[ASYNC].fd = srv->devices[i].verbs->async_fd;
+			f[CQ].events = f[ASYNC].events = POLLIN;
+		}
+		if (poll(fds, DEVICES + 2 * n, poll_timeout(srv, due)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return fail("poll", errno);
 		}
 		err = fds[CM].revents ? cm_handle(srv) : 0;
-		for (unsigned int i = 0; i < srv->ndevices && err >= 0; i++) {
+		for (unsigned int i = 0; i < n && err >= 0; i++) {
 			struct device *dev = &srv->devices[i];
 			struct pollfd *f = &fds[DEVICES + 2 * i];
 
@@ -168,14 +173,12 @@ static int serve(struct server *srv)
 			if (err >= 0 &&
 			    (f[CQ].revents || dev->spinning || dev->cq_more))
 				err = cq_event(srv, dev, f[CQ].revents);
-			f[CQ].fd = dev->comp->fd; /* for the next poll() */
-			f[ASYNC].fd = dev->verbs->async_fd;
-			f[CQ].events = f[ASYNC].events = POLLIN;
 		}
 		if (err >= 0)
 			err = conns_walk(srv, &due);
 		if (err < 0)
 			return err;
+		devices_look(srv, &due);
 		signo = fds[SIG].revents ? signal_take(srv) : 0;
 		if (signo == SIGUSR1)
 			stats_print(srv, signo);
@@ -207,7 +210,7 @@ static int poll_timeout(struct server *srv, double due)
 }
 
 /* What is in use, after SIGUSR1 or at the end after signo: a line for each
- * device in use, then the sums; each with its reply buffers free. */
+ * device in use, then the totals; each with its reply buffers free. */
 static void stats_print(struct server *srv, int signo)
 {
 	uint32_t each = srv->opt.max_conns * SEND_DEPTH, free_all = 0;
@@ -233,6 +236,7 @@ static int cm_handle(struct server *srv)
 	enum rdma_cm_event_type type;
 	struct rdma_cm_id *id;
 	struct conn *conn;
+	const char *reason = NULL; /* NULL: the peer's own doing */
 	int err = 0;
 
 	if (rdma_get_cm_event(srv->events, &event))
@@ -253,18 +257,19 @@ static int cm_handle(struct server *srv)
 			    conn->qp_num,
 			    ibv_get_device_name(id->verbs->device));
 		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL: /* rdma link delete: its ids' */
+		if (!conn) /* the listener's, bound by -a to that device */
+			return fail("the device -a listens on", ENODEV);
+		reason = "device_removed";
+		/* fall through */
 	case RDMA_CM_EVENT_DISCONNECTED: /* its DREQ, or ours answered or not */
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE: /* our REP never got its RTU */
 	case RDMA_CM_EVENT_REJECTED:
 		if (conn) {
 			err = cq_drain(srv, conn->dev); /* its last doorbells */
-			conn_close(srv, conn, NULL);
+			conn_close(srv, conn, reason);
 		}
-		break;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		errorf("the RDMA device went away");
-		err = -ENODEV;
 		break;
 	default: /* TIMEWAIT_EXIT, ADDR_CHANGE...: nothing to do */
 		break;
@@ -283,15 +288,13 @@ static void on_connect_request(struct server *srv, struct rdma_cm_id *id)
 
 	if (!refusal && !dev) {
 		dev = &srv->devices[srv->ndevices++];
-		if (verbs_open(srv, dev, id->verbs)) {
-			verbs_close(dev);
-			*dev = (struct device){ 0 };
-			srv->ndevices--;
+		if (verbs_open(srv, dev, id->verbs))
 			refusal = "server-setup-failed";
-		}
 	}
 	if (!refusal && conn_create(srv, dev, id))
 		refusal = "connection-setup-failed";
+	if (dev && !dev->nconns) /* its first client, refused */
+		verbs_close(srv, dev);
 	if (refusal)
 		conn_reject(srv, id, refusal);
 }
@@ -483,6 +486,7 @@ static int conn_create(struct server *srv, struct device *dev,
 	rnr_timer_shorten(id->qp);
 	conn->id = id;
 	conn->dev = dev;
+	dev->nconns++;
 	conn->qp_num = id->qp->qp_num;
 	conn->accepted_at = conn->probed_at = now_seconds(); /* keepalive */
 	conn->next = srv->conns;
@@ -496,12 +500,8 @@ out_free:
 	return err;
 }
 
-/* Its QP to the error state: its sends, and a receive it had taken from
- * the SRQ, complete with a flush error (the SRQ's other receives stay, for
- * the other QPs).  Destroyed once nothing of it can complete
- * (conns_walk()).  A QP in that state already broke: a mark against its
- * peer's address (breaks_count()).  reason: why the server ends it, for
- * the close line; NULL if the peer did, at the end, or stderr said why. */
+/* Its QP to the error state, as in rdma_pool_server.c; reason: why the server
+ * ends it, for the close line (NULL: the peer did, the end, or stderr said). */
 static void conn_close(struct server *srv, struct conn *conn,
 		       const char *reason)
 {
@@ -519,7 +519,7 @@ static void conn_close(struct server *srv, struct conn *conn,
 		report("ibv_modify_qp(IBV_QPS_ERR)", ret);
 	/* A DREQ, or the DREP if the client's DREQ came first; before an RTU,
 	 * neither (rdma_disconnect() in the kernel's cma.c). */
-	if (rdma_disconnect(conn->id))
+	if (rdma_disconnect(conn->id) && errno != ENXIO) /* device gone */
 		report("rdma_disconnect", errno);
 	conn->closing = true;
 	conn->closed_at = now_seconds();
@@ -775,14 +775,9 @@ static void on_doorbell(struct server *srv, struct conn *conn, uint32_t seq)
 	doorbell_print(srv, conn, seq, value, slot_check(seq, value, slots));
 }
 
-/* Each connection, once a turn.  Past its next deadline (conn_due()): closed,
- * or sent a keepalive probe.  Closed and quiet: destroyed as the verbs ask
- * for a QP on an SRQ: error state, LAST_WQE_REACHED, the CQ drained of its
- * last completions (a destroy would lose them: mlx5 deletes them), destroy.
- * Under a flood a pass of cq_drain() may leave some (dev->cq_more), but a
- * CQ is first in, first out: once as many as it holds have been taken since
- * the QP went quiet, its own are out.  *next: when the next deadline falls
- * (INFINITY: none). */
+/* Each connection, once a turn, as in rdma_pool_server.c: a deadline met,
+ * or closed and quiet, destroyed once the CQ is drained of its last
+ * completions.  *next: when the next deadline falls (INFINITY: none). */
 static int conns_walk(struct server *srv, double *next)
 {
 	struct conn **link = &srv->conns, *conn;
@@ -823,8 +818,8 @@ static int conns_walk(struct server *srv, double *next)
 }
 
 /* Give back what a quiet connection held (a write the NIC was placing in
- * its slice when the QP stopped has landed by now), and the buffers of
- * sends it abandoned; destroy QP and id. */
+ * its slice when the QP stopped has landed by now), and the buffers of sends
+ * it abandoned; destroy QP, the device's set if the last, id; say so. */
 static int conn_destroy(struct server *srv, struct conn *conn, double now)
 {
 	int err = slice_key_drop(conn);
@@ -833,11 +828,13 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 		pool_free(&conn->dev->pool, conn->slice.off, conn->slice.len);
 	for (uint32_t i = 0; i < srv->opt.max_conns * SEND_DEPTH; i++)
 		reply_buffer_put(conn, WRID_SEND | i);
-	destroy_print(srv, conn, now);
 	srv->nclosing--;
 	rdma_destroy_qp(conn->id);
+	if (!--conn->dev->nconns) /* before its last cm_id goes */
+		err = undo(err, NULL, verbs_close(srv, conn->dev));
 	if (rdma_destroy_id(conn->id))
 		err = undo(err, "rdma_destroy_id", errno);
+	destroy_print(srv, conn, now);
 	free(conn);
 	return err;
 }
@@ -867,8 +864,8 @@ static int conns_end(struct server *srv)
 	return ret < 0 ? ret : 0;
 }
 
-/* Undo verbs_open() in reverse, once no QP is left. */
-static int verbs_close(struct device *dev)
+/* Undo verbs_open() in reverse, once no QP is left, and forget dev. */
+static int verbs_close(struct server *srv, struct device *dev)
 {
 	int err = 0;
 
@@ -896,5 +893,6 @@ static int verbs_close(struct device *dev)
 	pool_destroy(&dev->pool);
 	if (dev->pd)
 		err = undo(err, "ibv_dealloc_pd", ibv_dealloc_pd(dev->pd));
+	device_forget(srv, dev);
 	return err;
 }

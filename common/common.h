@@ -100,9 +100,10 @@ const char *wc_status_name(enum ibv_wc_status status);
 const char *async_event_name(enum ibv_event_type type);
 
 /* A server prints as it serves (doorbells: 10 lines a second a connection):
- * were its reader slow, a plain printf() would block the loop that serves every client.  say() writes a line only
- * if stdout can take it now, counting those it drops; a reader gone (EPIPE)
- * is noted, for the server to stop; errorf() and fail() treat stderr alike. */
+ * were its reader slow, a plain printf() would block the loop that serves every
+ * client.  say() writes a line only if stdout can take it now, counting those
+ * it drops; a reader gone (EPIPE) is noted, for the server to stop; errorf()
+ * and fail() treat stderr alike. */
 struct outlet {
 	uint64_t dropped;
 	bool closed;

@@ -74,9 +74,9 @@ int probe_send(struct conn *conn, double now)
  * the RTU would: the client has our REP.  Lest the handshake deadline close a
  * client that works, rdma_notify(IBV_EVENT_COMM_EST) tells the CM so
  * (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes ESTABLISHED, and
- * librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU); so does a
- * device's IBV_EVENT_COMM_EST (rxe raises none).  EISCONN: the RTU came
- * first, its event is on its way; EINVAL: the connection is ending. */
+ * librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU); a device's
+ * IBV_EVENT_COMM_EST is answered so too (rxe raises none).  EISCONN: the RTU
+ * came first, its event is on its way; EINVAL: the connection is ending. */
 void handshake_finish(struct conn *conn)
 {
 	if (rdma_notify(conn->id, IBV_EVENT_COMM_EST) && errno != EISCONN &&

@@ -1,9 +1,8 @@
 /*
- * device.c - what an RDMA device can take: its limits against the settings at
- * start (devices_fit(), from main()) and at a first client (device_refusal(),
- * from conn_refusal()); which device a client came through (device_find());
- * the SRQ's limit event (srq_limit_arm(), from srq_open()); each QP's RNR wait
- * (rnr_timer_shorten(), from conn_create()).
+ * device.c - what an RDMA device can take (devices_fit(), device_refusal());
+ * which device a client came through (device_find()); the SRQ's limit event
+ * (srq_limit_arm()); each QP's RNR wait (rnr_timer_shorten()); a device let go
+ * with its last client (device_forget()), and by librdmacm (devices_look()).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -56,9 +55,8 @@ const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 }
 
 /* At start: an RDMA device at all (devices_check()), and one at least that
- * can take the settings; a setting none can take is refused now, by name,
- * not at the first client.  A device that cannot, when another can, is
- * named, and a client that comes through it refused (conn_refusal()). */
+ * can take the settings, else refused now, by name; a device that cannot,
+ * when another can, is named, and its clients refused (conn_refusal()). */
 int devices_fit(struct server *srv)
 {
 	struct ibv_device **list;
@@ -83,10 +81,9 @@ int devices_fit(struct server *srv)
 	return err ? err : (fits ? 0 : -EINVAL);
 }
 
-/* Ask the device to raise IBV_EVENT_SRQ_LIMIT_REACHED once, when fewer than
- * an eighth of the SRQ's receives are left: a sign that the server is not
- * keeping up and clients are about to hear "receiver not ready".  The limit
- * disarms itself when it fires; we do not re-arm it, one line is enough. */
+/* IBV_EVENT_SRQ_LIMIT_REACHED once fewer than an eighth of the SRQ's receives
+ * are left: the server is not keeping up, and clients are about to hear
+ * "receiver not ready".  It disarms itself when it fires: one line will do. */
 int srq_limit_arm(struct server *srv, struct device *dev)
 {
 	struct ibv_srq_attr attr = { .srq_limit = srv->opt.srq_depth / 8 };
@@ -101,9 +98,8 @@ int srq_limit_arm(struct server *srv, struct device *dev)
 
 /* When a message finds the SRQ empty, our NIC answers "receiver not ready"
  * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.
- * rdma_accept() sets it to 0: not "no wait" but the longest, 655 ms.  Once
- * accepted, the QP takes a shorter one (a change in RTS); if it will not,
- * the connection still works, slowly under load: a warning, not an error. */
+ * rdma_accept() sets 0: not "no wait" but the longest, 655 ms.  Once accepted
+ * the QP takes a shorter one (in RTS); if not, it works, slowly under load. */
 void rnr_timer_shorten(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr attr = { .min_rnr_timer = MIN_RNR_TIMER };
@@ -113,13 +109,58 @@ void rnr_timer_shorten(struct ibv_qp *qp)
 		report("ibv_modify_qp(min_rnr_timer)", ret);
 }
 
-/* The device in use whose context is verbs, or NULL: librdmacm opens each
- * device once and gives every cm_id on it that one context
- * (ucma_get_device() in its cma.c). */
+/* The device in use whose context is verbs, or NULL: librdmacm gives every
+ * cm_id on a device its one context (ucma_get_device() in its cma.c). */
 struct device *device_find(struct server *srv, struct ibv_context *verbs)
 {
 	for (unsigned int i = 0; i < srv->ndevices; i++)
 		if (srv->devices[i].verbs == verbs)
 			return &srv->devices[i];
 	return NULL;
+}
+
+/* After verbs_close(dev), which stats no longer show: a receive or reply
+ * buffer not back is said.  The last device in use takes dev's place. */
+void device_forget(struct server *srv, struct device *dev)
+{
+	struct device *last = &srv->devices[--srv->ndevices];
+
+	if ((dev->cq && dev->recvs_posted != srv->opt.srq_depth) ||
+	    (dev->send_mr &&
+	     dev->nsend_free != srv->opt.max_conns * SEND_DEPTH))
+		errorf("%s let go with receives or reply buffers not back",
+		       ibv_get_device_name(dev->verbs->device));
+	srv->doorbells += dev->doorbells; /* for the totals: stats_line() */
+	*dev = *last;
+	for (struct conn *conn = srv->conns; conn; conn = conn->next)
+		if (conn->dev == last)
+			conn->dev = dev;
+	*last = (struct device){ 0 };
+}
+
+/* rdma link delete waits until every open of the device is closed (rxe has
+ * no disassociate_ucontext: ib_uverbs_remove_one()), librdmacm's too: it
+ * closes a device it saw go (sync_devices_list(), from rdma_get_devices())
+ * once no cm_id uses it.  So once a second, if the list holds fewer devices
+ * than before, librdmacm reads it too: only then, for rdma_get_devices()
+ * opens every device.  *next: by the next look. */
+void devices_look(struct server *srv, double *next)
+{
+	struct ibv_context **all = NULL;
+	struct ibv_device **list;
+	int n = 0;
+
+	if (now_seconds() >= srv->looked_at + 1) {
+		srv->looked_at = now_seconds();
+		list = ibv_get_device_list(&n);
+		if (list && n < srv->nseen)
+			all = rdma_get_devices(NULL);
+		if (all) /* NULL: none was read, or no device is left */
+			rdma_free_devices(all);
+		if (list)
+			ibv_free_device_list(list);
+		srv->nseen = list ? n : srv->nseen;
+	}
+	if (srv->looked_at + 1 < *next)
+		*next = srv->looked_at + 1;
 }

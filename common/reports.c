@@ -74,22 +74,21 @@ int signal_take(struct server *srv)
 
 /* What is in use on one device, or on all (dev NULL), after SIGUSR1 ("stats")
  * or at the end, after the signal signo ("shutdown signal=SIGINT"); tail: the
- * server's own counts.  Once every client and its QP have gone: 0 connections,
- * 0 closing, 0 chunks, every receive posted; anything else was lost. */
+ * server's own counts.  A device's clients and QPs gone: 0 connections, 0
+ * closing, 0 chunks, every receive posted (then it is let go: device_forget()
+ * says any not).  The doorbells of all count those of devices let go. */
 void stats_line(struct server *srv, int signo, const struct device *dev,
 		const char *tail)
 {
 	unsigned int live = 0, closing = 0;
 	uint32_t posted = 0, depth = 0;
-	uint64_t doorbells = 0;
+	uint64_t doorbells = dev ? 0 : srv->doorbells;
 	size_t chunks = 0;
 	char what[48] = "stats", name[80] = "";
 
 	for (const struct conn *conn = srv->conns; conn; conn = conn->next) {
-		if (dev && conn->dev != dev)
-			continue;
-		live += !conn->closing;
-		closing += conn->closing;
+		live += (!dev || conn->dev == dev) && !conn->closing;
+		closing += (!dev || conn->dev == dev) && conn->closing;
 	}
 	for (unsigned int i = 0; i < srv->ndevices; i++) {
 		const struct device *d = &srv->devices[i];
@@ -212,28 +211,19 @@ void failure_print(const struct conn *conn, const struct ibv_wc *wc)
  * Not LAST_WQE_REACHED, each closing QP's last event on kernels raising it. */
 void async_print(struct server *srv, const struct ibv_async_event *event)
 {
-	const char *name = async_event_name(event->event_type);
+	enum ibv_event_type type = event->event_type;
+	const char *name = async_event_name(type);
 
-	switch (event->event_type) {
-	case IBV_EVENT_QP_LAST_WQE_REACHED:
-		return;
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
+	if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+	    type == IBV_EVENT_QP_ACCESS_ERR || type == IBV_EVENT_COMM_EST)
 		say(&srv->out, "async event=%s qp=0x%" PRIx32 "\n", name,
 		    event->element.qp->qp_num);
-		return;
-	case IBV_EVENT_CQ_ERR:
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_DEVICE_FATAL:
+	else if (type != IBV_EVENT_QP_LAST_WQE_REACHED)
 		say(&srv->out, "async event=%s\n", name);
+	if (type == IBV_EVENT_CQ_ERR || type == IBV_EVENT_SRQ_ERR ||
+	    type == IBV_EVENT_DEVICE_FATAL)
 		errorf("%s: completions can no longer be trusted: stopping",
 		       name);
-		return;
-	default:
-		say(&srv->out, "async event=%s\n", name);
-	}
 }
 
 /* A QP is being destroyed, its slice back; what ended the wait (conn_quiet()).

@@ -5,7 +5,7 @@
  *   options.c    the command line
  *   reports.c    outputs and signals; the lines of a connection's life
  *   admission.c  the listener; who may connect: refusals, records per source
- *   device.c     what a device can take; its SRQ's limit, each QP's RNR wait
+ *   device.c     what a device can take; its SRQ's limit, RNR wait; let go
  *   deadlines.c  deadlines, keepalive probes, when a closed QP is quiet
  *   keys.c       --isolation mr: a region, and its key, per slice
  *
@@ -81,7 +81,9 @@ struct breaks {
 
 /* What one RDMA device needs to serve clients (a QP can use only what was
  * made on its own device): a PD, the pool registered in it, an SRQ and a
- * CQ, opened by its first client (verbs_open()), kept until the end. */
+ * CQ, opened by its first client (verbs_open()), let go before its last
+ * client's cm_id (verbs_close()): once no cm_id uses a device gone away,
+ * librdmacm closes it, taking what we made on it (remove_cma_dev(), cma.c). */
 struct device {
 	struct ibv_context *verbs; /* librdmacm's: one a device, for its ids */
 	struct ibv_pd *pd;
@@ -94,6 +96,7 @@ struct device {
 	uint64_t polled; /* completions cq_drain() has taken */
 	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
+	unsigned int nconns; /* connections on it */
 
 	/* The event-driven server's own: its completion channel, hybrid
 	 * polling (cq_event()), and its reply buffers (replies_open()). */
@@ -114,6 +117,9 @@ struct server {
 	struct rdma_cm_id *listener;
 	struct device devices[MAX_DEVICES]; /* the first ndevices are open */
 	unsigned int ndevices;
+	uint64_t doorbells; /* of the devices let go: device_forget() */
+	double looked_at;   /* devices_look(), and how many devices it saw */
+	int nseen;
 	struct conn *conns;
 	struct breaks breaks[BREAK_SOURCES];
 	unsigned int nclosing; /* connections closing */
@@ -152,6 +158,8 @@ int devices_fit(struct server *srv);
 const char *device_refusal(struct server *srv, struct ibv_context *verbs,
 			   bool say_why);
 struct device *device_find(struct server *srv, struct ibv_context *verbs);
+void device_forget(struct server *srv, struct device *dev);
+void devices_look(struct server *srv, double *next);
 int srq_limit_arm(struct server *srv, struct device *dev);
 void rnr_timer_shorten(struct ibv_qp *qp);
 

@@ -124,7 +124,8 @@ echo "   the error state until the server destroys it (at once where the"
 echo "   kernel raises LAST_WQE_REACHED, as 6.12 does; 2 s on 6.1)"
 kernel_view qp
 until_line "$out/server" '^destroy ' "$server_pid"
-echo "== the kernel, once the server destroyed that QP: nothing of the client"
+echo "== the kernel, once the server destroyed that QP: nothing of the client,"
+echo "   nor the server's MRs: it let the device go with its last client"
 kernel_view qp mr
 
 stop_program "$server_pid" || status=$?

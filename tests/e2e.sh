@@ -83,6 +83,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_isolation "$server" mr
 	test_isolation_unprivileged "$server"
 	test_hostile "$server"
+	test_device_removed "$server"
 done
 test_client_args
 test_client_rejection_escaped

@@ -308,7 +308,7 @@ test_overlapping_runs() {
 			why="the second run has no device of its own: $(grep '^soft-roce' "$dir/log" | tr '\n' '|' || true)"
 		elif ! rdma link show "rxe_demo$second/1" >/dev/null 2>&1; then
 			why="the first run's end took the second's device: $(grep -h '^soft-roce' "$dir/first.log" "$dir/log" | tr '\n' '|')"
-		elif grep -q 'went away\|error' "$dir/server" "$dir/client"; then
+		elif grep -q 'device_removed\|No such device\|error' "$dir/server" "$dir/client"; then
 			why="the second run's programs failed: $(cat "$dir/server" "$dir/client" | tr '\n' '|')"
 		fi
 	fi

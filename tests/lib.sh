@@ -240,11 +240,14 @@ slice_back() {
 
 # stats_whole LINE: true if a stats (or shutdown) line says nothing is in
 # use and nothing was lost: no connection open or closing, no chunk, every
-# receive back on the SRQ and (event-driven server) every reply buffer free.
+# receive back on the SRQ and (event-driven server) every reply buffer free
+# on the devices in use; and the server's stderr says none was lost on a
+# device let go with its last client (device_forget()).
 stats_whole() {
 	local re='^[a-z]+.* connections=0 chunks_in_use=0 doorbells=[0-9]+ closing=0 recvs_posted=([0-9]+)/([0-9]+)'
 	[[ $1 =~ $re ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] || return 1
 	re=' replies_free=([0-9]+)/([0-9]+)$'
-	[[ ! $1 =~ $re ]] || [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]
+	{ [[ ! $1 =~ $re ]] || [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; } &&
+		! grep -qs ' let go with ' "$work/server.err"
 }
 

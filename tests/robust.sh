@@ -184,8 +184,8 @@ expect_lines() {
 }
 
 # stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its
-# answer (a "stats device=..." line per device, then the totals, "stats
-# connections=...") passes WHY ANSWER (by default totals_whole: the totals
+# answer (a "stats device=..." line per device in use, then the totals,
+# "stats connections=...") passes WHY ANSWER (by default totals_whole: the totals
 # say that nothing is in use); prints the last answer.  20 asks at most,
 # 0.4 s apart, each waiting up to 1 s for its answer: about 8 s in all when
 # every answer comes at once and fails WHY, about 30 s when none comes.
@@ -626,24 +626,92 @@ device_clients() {
 	pass "$t"
 }
 
-# device_stats_why BLOCK: the stats lines of one SIGUSR1 are whole for
-# RDMA_DEV and RDMA_DEV2 (a line each), each with the 2020 doorbells of its
-# clients (two_devices_case), and for the totals, last; else prints why.
-device_stats_why() {
-	local dev line
-	for dev in "$RDMA_DEV" "$RDMA_DEV2"; do
-		line=$(grep -m 1 "^stats device=$dev connections=" <<<"$1" || true)
-		{ stats_whole "$line" && [[ $line == *" doorbells=2020 "* ]]; } ||
-			{ echo "no line 'stats device=$dev connections=0 ... doorbells=2020 ...' saying nothing is in use"; return 1; }
-	done
+# devices_let_go_why BLOCK: the stats of one SIGUSR1 once every client has
+# gone have no device's line (each device is let go with its last client)
+# and whole totals, last, with the 4040 doorbells of two_devices_case's
+# clients; else prints why.
+devices_let_go_why() {
+	local line
+	if line=$(grep -m 1 '^stats device=' <<<"$1"); then
+		echo "a device is still held: '$line'"
+		return 1
+	fi
 	line=$(tail -n 1 <<<"$1")
-	{ [[ $line == "stats connections="* ]] && stats_whole "$line"; } ||
-		{ echo "the last line is not the totals, or they are not whole"; return 1; }
+	{ [[ $line == "stats connections="* ]] && stats_whole "$line" && [[ $line == *" doorbells=4040 "* ]]; } ||
+		{ echo "the last line is not the totals, or not whole, or counts no 4040 doorbells"; return 1; }
+}
+
+# device_gone T DEL NETDEV: T passes if the delete (pid DEL) of RDMA_DEV2
+# ends in 10 s, with the server running if one is; then the device is made
+# again (on NETDEV) for what comes after. A delete still waiting is let end
+# by the server's end.
+device_gone() {
+	local why='' status=0
+	wait_until "$2" 10 false || true
+	if kill -0 "$2" 2>/dev/null; then
+		why="rdma link delete $RDMA_DEV2 still waits after 10 s, the server running"
+		stop_server || true
+	elif [ -n "$server_pid" ] && ! kill -0 "$server_pid" 2>/dev/null; then
+		why="the server has ended: $(head -c 300 "$work/server.err")"
+	fi
+	wait "$2" || status=$?
+	[ "$status" = 0 ] || why+=" (rdma link delete: exit $status)"
+	rdma link add "$RDMA_DEV2" type rxe netdev "$3" ||
+		why+=" (rdma link add $RDMA_DEV2 type rxe netdev $3 failed: the tests after lack it)"
+	pass_unless "$1" "$why"
+}
+
+# rdma link delete of a device: the kernel's CM tells each connection on it
+# (RDMA_CM_EVENT_DEVICE_REMOVAL), and the server closes those, serves the
+# other device's clients on, and lets the device go with its last client:
+# the delete ends while the server runs. So does the delete of a device
+# whose clients have all gone, and a client through it made again is
+# served. A server listening on the device (-a) says so and ends. (Before:
+# the server ended at the first delete.)
+test_device_removed() {
+	local s=$1 t=$1/device_removed netdev stays gone qp del status=0
+	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (SOFT_ROCE_DEVICES=2)"; return; }
+	needs_root "$t" "delete a device and make it again" || return 0
+	netdev=$(rdma link show "$RDMA_DEV2/1" | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
+	own_server "$t" "$s" || return 0
+	run_client stays "$server_port" "$RDMA_ADDR" 81920 -n 2000000 -k 1000 &
+	stays=$!
+	timeout 120 "$peer" "$RDMA_ADDR_DEV2" "$server_port" req:4096 sleep:100000 >"$work/gone.out" 2>"$work/gone.err" &
+	gone=$!
+	if ! await_line "$work/gone.out" '^reply status=0 ' 20 || ! await_line "$work/stays.out" '^doorbell seq=' 20; then
+		give_up "$t" "a client got no slice: $(cat "$work/gone.err" "$work/stays.err" | head -c 300)" "$stays" "$gone"
+		return
+	fi
+	qp=$(sed -n "s/^connect qp=\(0x[0-9a-f]*\) device=$RDMA_DEV2\$/\1/p" "$work/server.out")
+	rdma link delete "$RDMA_DEV2" &
+	pass_if "$t/its_clients_closed" "no 'destroy qp=${qp:-?}' line in 10 s" \
+		await_line "$work/server.out" "^destroy qp=${qp:-none} " 10 "$server_pid"
+	end_jobs "$gone" # its own hold on the device
+	device_gone "$t/delete_done" "$!" "$netdev"
+	wait "$stays" || status=$?
+	pass_if "$t/others_served" "the other device's client exited $status: $(head -c 300 "$work/stays.err")" \
+		grep -q '^done writes=2000000 doorbells=2000 ' "$work/stays.out"
+	device_clients "$t/served_again" again "$RDMA_ADDR_DEV2"
+	rdma link delete "$RDMA_DEV2" &
+	device_gone "$t/idle_delete_done" "$!" "$netdev"
+	status=0
+	stop_server || status=$?
+	[ ! -s "$work/server.err" ] || status+=" (and an error)"
+	pass_if "$t/server_survives" "exit status $status: $(head -c 300 "$work/server.err")" [ "$status" = 0 ]
+	own_server "$t" "$s" -a "$RDMA_ADDR_DEV2" || return 0
+	rdma link delete "$RDMA_DEV2" &
+	del=$!
+	status=0
+	await_exit "$server_pid" 10 || status=$?
+	server_pid=
+	pass_if "$t/its_listener_ends" "exit $status, saying: $(head -c 300 "$work/server.err")" \
+		grep -q "the device -a listens on: No such device" "$work/server.err"
+	device_gone "$t/listener_delete_done" "$del" "$netdev"
 }
 
 # two_devices_case T SERVER [OPTIONS...]: one server with OPTIONS serves
 # clients through both devices: the second's first, one after the other,
-# and at once; then its stats have a line for each device.
+# and at once; then its stats say every device was let go.
 two_devices_case() {
 	local t=$1 s=$2 p1 p2 s1=0 s2=0 bad answer why
 	shift 2
@@ -664,9 +732,9 @@ two_devices_case() {
 	# it, which may be after the client has ended (its NIC acked the ring).
 	# Asked again for up to 10 s while a connection of the clients before
 	# is still closing.
-	answer=$(stats_idle device_stats_why)
-	why=$(device_stats_why "$answer") || why+=": [$(tr '\n' '|' <<<"$answer")]"
-	pass_unless "$t/stats_per_device" "$why"
+	answer=$(stats_idle devices_let_go_why)
+	why=$(devices_let_go_why "$answer") || why+=": [$(tr '\n' '|' <<<"$answer")]"
+	pass_unless "$t/devices_let_go" "$why"
 	if [ "$s1$s2" != 00 ]; then
 		fail "$t/at_once" "exit $s1 and $s2: $(head -c 300 "$work/once1.err" "$work/once2.err")"
 	elif [ "$(cat "$work/once1.out" "$work/once2.out" | grep -c '^done writes=20000 doorbells=2000 ')" != 2 ]; then
@@ -712,9 +780,10 @@ test_isolation() {
 	peer_steps intruder "$server_port" req:4096 write:-4096:2049 || true
 	# A 4-byte write whose last byte lies one past the end of the slice.
 	peer_steps overrun "$server_port" req:4096 write:4093:1 || true
-	touch "$work/go"
-	# What the kernel holds for the server while the owner holds a slice.
+	# What the kernel holds for the server while the owner holds a slice
+	# (the device is let go with its last client).
 	mrs=$(rdma resource show mr 2>/dev/null | grep " pid $server_pid " || true)
+	touch "$work/go"
 	wait "$peer_pid" || true
 
 	want_write=IBV_WC_REM_ACCESS_ERR want_value='1025 ok'
