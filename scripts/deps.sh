@@ -12,7 +12,8 @@
 #   vm-kernel  a kernel for that VM to boot, if /boot has none (on
 #              Debian the VM fetches one for itself instead, vm-lib.sh)
 #   fuzz       libFuzzer (make test, make fuzz)
-#   wire       tshark (make wire, make test)
+#   wire       tshark, and mscgen where the system has it (make wire,
+#              make test)
 #   bench      gnuplot (make bench, make test)
 #   test       setpriv, prlimit, unshare (make test)
 #
@@ -107,6 +108,7 @@ main() {
 		'') unknown+=("$purpose: $desc") ;;
 		-) ;;
 		!) unavailable+=("$desc ($purpose)") ;;
+		\?) say "$os_name has no package for $desc ($purpose): going on without it" ;;
 		*) missing+=("$need") all+=" $pkgs" ;;
 		esac
 	done <"$PACKAGES_TABLE"

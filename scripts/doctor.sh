@@ -74,7 +74,7 @@ detect_container() {
 install_of() {
 	local pkgs
 	pkgs=$(packages_of "$1")
-	case $pkgs in '' | - | !) return 1 ;; esac
+	case $pkgs in '' | - | ! | \?) return 1 ;; esac
 	install_line "$pkgs"
 }
 fix_install() { install_of "$1" || echo "install $2 (this system has no package for it in scripts/packages.txt)"; }

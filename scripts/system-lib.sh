@@ -9,7 +9,7 @@
 #                          first: rocky-9.3, rocky-9, rocky, rhel-9.3, ...
 #   manager                apt or dnf (empty if neither)
 #   packages_for ENTRY...  of one row's system=packages entries, this
-#                          system's packages ("-", "!", or empty if none)
+#                          system's packages ("-", "!", "?", or empty if none)
 #   packages_of NEED       the same, looked up by the row's need
 #   install_line PKG...    the command a user pastes to install them
 #   static_elf FILE        true if FILE is an x86-64 program that needs no

@@ -91,6 +91,24 @@ tie() {
 		}' | fold -s -w 78
 }
 
+# chart DIR: the session as a message sequence chart, DIR/session.msc
+# (scripts/wire-chart.awk, from the session's records on stdin and the
+# programs' output), drawn by mscgen into DIR/session.svg and .png; without
+# mscgen, a line that says why there is no picture.
+chart() {
+	awk -v "cout=$1/session/client.out" -v "sout=$1/session/server.out" \
+		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" \
+		>"$1/session.msc"
+	if ! command -v mscgen >/dev/null; then
+		echo "No picture: no mscgen (scripts/deps.sh wire installs it where the system packages it); its input is wire-results/session.msc."
+	elif mscgen -T svg -o "$1/session.svg" "$1/session.msc" &&
+		mscgen -T png -o "$1/session.png" "$1/session.msc"; then
+		echo "The session as a picture: wire-results/session.svg (and .png), drawn by mscgen."
+	else
+		echo "No picture: mscgen could not draw wire-results/session.msc (above)."
+	fi
+}
+
 # on_signal SIG (stop_on_signals): the VMs stopped by vm-pair.sh's own
 # handler, on SIGTERM (a command in the background has SIGINT ignored), and
 # this run's folder removed: nothing half-written is published.
@@ -131,6 +149,7 @@ main() {
 	"$top/scripts/wire-trace.sh" "$out/cable.pcap" | tee "$out/trace.txt"
 	echo
 	"$top/scripts/wire-trace.sh" --raw "$out/cable.pcap" | tie
+	"$top/scripts/wire-trace.sh" --raw "$out/cable.pcap" | chart "$out"
 	"$top/scripts/wire-check.sh" "$out/cable.pcap" --outputs "$out/session" \
 		size="$size" writes="$writes" every="$every" 2>&1 |
 		fold -s -w 78 || status=$?

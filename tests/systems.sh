@@ -69,7 +69,7 @@ test_deps() {
 	expect_deps debian-12 "build run" "deps: $d12, build run: $APT $DEBIAN_BUILD_RUN"
 	expect_deps debian-12 "rxe" "deps: $d12 has no package for the rdma_rxe module for the running kernel (rxe)" 1
 	expect_deps debian-12 "vm vm-kernel" "deps: $d12, vm vm-kernel: $APT qemu-system-x86 busybox-static cpio xz-utils zstd linux-image-amd64"
-	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark gnuplot-nox util-linux perl"
+	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark mscgen gnuplot-nox util-linux perl"
 	expect_deps debian-13 "build run" "deps: $d13, build run: $APT $DEBIAN_BUILD_RUN"
 	expect_deps debian-13 "fuzz" "deps: $d13, fuzz: $APT clang libclang-rt-dev"
 
@@ -83,12 +83,13 @@ test_deps() {
 
 	expect_deps fedora-42 "build run" "deps: $f, build run: dnf install -y $RH_BUILD_RUN"
 	expect_deps fedora-42 "rxe" "deps: $f, rxe: dnf install -y kernel-modules-$KVER"
-	expect_deps fedora-42 "vm vm-kernel fuzz wire bench" "deps: $f, vm vm-kernel fuzz wire bench: dnf install -y qemu-system-x86-core busybox cpio xz zstd kernel-core kernel-modules clang compiler-rt wireshark-cli gnuplot"
+	expect_deps fedora-42 "vm vm-kernel fuzz wire bench" "deps: $f, vm vm-kernel fuzz wire bench: dnf install -y qemu-system-x86-core busybox cpio xz zstd kernel-core kernel-modules clang compiler-rt wireshark-cli mscgen gnuplot"
 	# RHEL 9 and its rebuilds: CRB and EPEL named, never enabled; Soft-RoCE
 	# is in kernel-modules since 9.3; qemu-kvm has no TCG, no VM there.
 	expect_deps rhel-9.6 "build run" "deps: $note|deps: $r, build run: dnf install -y $RH_BUILD_RUN"
 	expect_deps rhel-9.6 "rxe" "deps: $note|deps: $r, rxe: dnf install -y kernel-modules-$KVER"
 	expect_deps rhel-9.6 "vm" "deps: $r has no package for qemu for x86-64, with TCG and 9p (vm)|deps: $note|deps: $r, vm: dnf install -y busybox cpio xz zstd" 1
+	expect_deps rhel-9.6 "wire" "deps: $r has no package for mscgen, which draws make wire's picture of the session (wire): going on without it|deps: $note|deps: $r, wire: dnf install -y wireshark-cli"
 	expect_deps rocky-9.3 "build run" "deps: $note|deps: Rocky Linux 9.3 (Blue Onyx), build run: dnf install -y $RH_BUILD_RUN"
 	expect_deps almalinux-9.6 "build run" "deps: $note|deps: AlmaLinux 9.6 (Sage Margay), build run: dnf install -y $RH_BUILD_RUN"
 }
@@ -446,7 +447,8 @@ probe_finds() {
 # the packages it names for SYSTEM (tests/os-release/SYSTEM) ship a file
 # its probe looks for, as PACKAGING says ("PACKAGE PATH" lines, and
 # "! PATH" where no package does).  Prints a line per need where the
-# table and PACKAGING differ ("!" is a package name here, for none).
+# table and PACKAGING differ ("!" is a package name here, for none; the
+# table's "?" counts as "!").
 packaging_meaning() (
 	PACKAGES_TABLE=$1 OS_RELEASE=$fixtures/$2
 	read_os_release
@@ -456,6 +458,7 @@ packaging_meaning() (
 	while read -r _ need probe _; do
 		[ "$probe" != - ] || continue
 		pkgs=$(packages_of "$need")
+		pkgs=${pkgs/#\?/!} # none either way
 		found='' bringers=''
 		while read -r pkg path; do
 			probe_finds "$probe" "$path" || continue

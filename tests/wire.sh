@@ -158,6 +158,8 @@ main() {
 		test_session "$name" "$server" "$size" "$writes" "$every" "$family"
 	done 3<"$dir/plan"
 	test_ipv6_trace
+	pass_unless wire/chart/rdma_pool_server "$(chart_why poll 7471)"
+	pass_unless wire/chart/rdma_srq_pool_server_ev "$(chart_why ev 7472)"
 	test_decoder_layout
 	test_checker_fails
 	test_checker_probe
@@ -249,6 +251,41 @@ test_decoder_layout() {
 		why="rkey and status traded in common.c, the RESP_ALLOC of rkey $rkey decodes as [$got]"
 	fi
 	pass_unless "$t" "$why"
+}
+
+# session_records PORT: the capture's records of the session whose CM
+# ConnectRequest went to PORT, from it to its DisconnectReply.
+session_records() {
+	awk -F'\t' -v port="$1" '$5 == "cm-req" { on = $9 ~ " port=" port " " }
+		on { print } $5 == "cm-drep" { on = 0 }' <<<"$raw"
+}
+
+# chart_why NAME PORT: why session NAME's chart (scripts/wire-chart.awk) is
+# wrong, if it is: the arrows' comments count the session's packets by
+# kind, each once; each line of the programs' that tells of a packet (the
+# grant, each doorbell) is in a mark on its program's column; mscgen draws
+# it.
+chart_why() {
+	local msc=$dir/$1/session.msc want got line
+	session_records "$2" | awk -v "cout=$dir/$1/client.out" -v "sout=$dir/$1/server.out" \
+		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" >"$msc" || true
+	want=$(session_records "$2" | cut -f 5 | sort | uniq -c | awk '{ print $2, $1 }')
+	got=$(awk '$1 == "#" && $2 == "packets" { n[$3] += $4 } END { for (k in n) print k, n[k] }' "$msc" | sort)
+	if [[ $want != *"cm-req 1"* || $want != *write-imm* ]]; then
+		echo "no session to port $2 in the capture: [${want//$'\n'/, }]"
+	elif [ "$want" != "$got" ]; then
+		echo "packets by kind [${want//$'\n'/, }], arrows' [${got//$'\n'/, }]"
+	fi
+	while read -r col line; do
+		grep -qF "$col abox $col" <<<"$(grep -F ": $line" "$msc")" || echo "no mark '$line' on $col"
+	done < <(sed -n 's/^\(granted \|doorbell seq=\)/cp &/p' "$dir/$1/client.out"
+		sed -n 's/^\(grant \|doorbell qp=\)/sp &/p' "$dir/$1/server.out")
+	if ! command -v mscgen >/dev/null; then
+		echo "no mscgen to draw it: scripts/deps.sh wire installs it"
+	elif ! mscgen -T svg -o "$dir/$1/session.svg" "$msc" >/dev/null 2>&1 ||
+		! grep -q '<svg' "$dir/$1/session.svg"; then
+		echo "mscgen drew no SVG of $msc"
+	fi
 }
 
 # The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu
