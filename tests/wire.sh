@@ -160,6 +160,7 @@ main() {
 	test_ipv6_trace
 	pass_unless wire/chart/rdma_pool_server "$(chart_why poll 7471)"
 	pass_unless wire/chart/rdma_srq_pool_server_ev "$(chart_why ev 7472)"
+	pass_unless wire/chart/readme_picture "$(picture_why)"
 	test_decoder_layout
 	test_checker_fails
 	test_checker_probe
@@ -286,6 +287,39 @@ chart_why() {
 		! grep -q '<svg' "$dir/$1/session.svg"; then
 		echo "mscgen drew no SVG of $msc"
 	fi
+}
+
+# picture_why: why docs/session.svg, the picture of make wire's default
+# session in the README, no longer shows what the protocol does, if it
+# does not: its arrows against those of the ev session's chart (make
+# wire's default session but for its port; no ARP: the poll session asked).
+picture_why() {
+	local want got
+	want=$(sed -n 's/^[0-9-]*: //p' "$top/docs/session.svg" | arrows)
+	got=$(session_records 7472 | awk -v "cout=$dir/ev/client.out" -v "sout=$dir/ev/server.out" \
+		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" |
+		sed -En 's/^ *[a-z]+ => [a-z]+ \[label="[0-9-]+: (.*)"\].*/\1/p' | arrows)
+	if [[ $want != *"CM ConnectRequest"*"WRITE with Imm"* ]]; then
+		echo "docs/session.svg has no arrows of a session: make wire, then cp wire-results/session.svg docs/"
+	elif [ "$want" != "$got" ]; then
+		echo "docs/session.svg's arrows differ from the ev session's: $(diff <(echo "$want") \
+			<(echo "$got") | grep '^[<>]' | head -n 4 | tr '\n' ' ')(< the picture's)"
+	fi
+}
+
+# arrows: a chart's arrows' labels on stdin as the protocol orders them,
+# whatever the timing: every packet but the ACKs in order, a run of writes
+# one line a write, and the ACKs counted (on 6.1 they often come back
+# between a batch's writes); no ARP or ND; addresses, keys, QP numbers and
+# PSNs aside.
+arrows() {
+	awk '/\(ARP or ND/ { next }
+		/ RDMA WRITEs, values / { for (v = $5; v <= $7; v++) print "write " v; next }
+		/^RDMA WRITE, value / { print "write " $4; next }
+		/^[0-9]+ ACKs, / { acks += $1; next }
+		/^ACK, / { acks++; next }
+		{ gsub(/0x[0-9a-f]+/, "0x?"); gsub(/PSN [0-9]+/, "PSN ?"); print }
+		END { print acks + 0 " ACKs" }'
 }
 
 # The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu
