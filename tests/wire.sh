@@ -309,8 +309,8 @@ picture_why() {
 
 # arrows: a chart's arrows' labels on stdin as the protocol orders them,
 # whatever the timing: every packet but the ACKs in order, a run of writes
-# one line a write, and the ACKs counted (on 6.1 they often come back
-# between a batch's writes); no ARP or ND; addresses, keys, QP numbers and
+# one line a write, and the ACKs counted (on 6.1 one sometimes comes back
+# before its batch's doorbell); no ARP or ND; addresses, keys, QP numbers and
 # PSNs aside.
 arrows() {
 	awk '/\(ARP or ND/ { next }
