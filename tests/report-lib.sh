@@ -31,8 +31,16 @@ report() {
 		set -- "not ok" "$2" "tests/plan.txt does not name it"
 	fi
 	reported+="$name "
-	echo "$1 - $report_prefix$2${3:+: $3} [${SECONDS}s]"
-	[ "$1" = ok ] && return
+	if [ "$1" = ok ]; then
+		echo "ok - $report_prefix$2 [${SECONDS}s]"
+		return
+	fi
+	# A failure's reason may hold a program's words: "#" escaped, or TAP
+	# reads "# TODO" in it as a directive (and a TODO's failure as none);
+	# one line, or a line of it could read as a test's.
+	set -- "$report_prefix$2: $3"
+	set -- "${1//$'\n'/ }"
+	echo "not ok - ${1//#/\\#} [${SECONDS}s]"
 	failed=$((failed + 1))
 	if declare -F on_fail >/dev/null; then on_fail; fi
 	return 0

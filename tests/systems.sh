@@ -605,7 +605,21 @@ test_run_signal() {
 	pass_unless "$t" "$why"
 }
 
+# A failure whose reason holds a "#" (a program's output may) is a failure
+# still: prove reads "# TODO" and "# SKIP" after an unescaped "#" as a
+# directive, and a TODO test's failure as no failure.
+test_reason_with_hash() {
+	stand_in "$work/hash.t" '#!/usr/bin/env bash\n. "%s"\necho 1..1\nfail x "rpc#todo"\n' \
+		"$top/tests/report-lib.sh"
+	if prove --exec '' "$work/hash.t" >/dev/null 2>&1; then
+		fail report/reason_with_hash "prove passed a stage whose one test failed with 'rpc#todo'"
+	else
+		pass report/reason_with_hash
+	fi
+}
+
 report_plan
+test_reason_with_hash
 test_run_signal TERM alone sigterm_stops_the_stage
 test_run_signal HUP alone sighup_stops_the_stage
 test_run_signal INT group ctrl_c_stops_the_stage
