@@ -135,10 +135,15 @@ remove_own() {
 # The EXIT trap: what this run made, then the modules it loaded, but none
 # that another run may still use: removing a module takes every device of
 # its kind with it, in use or not (drivers/net/dummy.c deletes every dummy
-# interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).
+# interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).  (rdma_ucm
+# a program loads again: librdmacm asks the kernel for its device node,
+# and ib_get_client_nl_info() in drivers/infiniband/core/device.c loads
+# the module.)  Under the lock a run holds from loading the modules to its
+# devices made: no run is between the two then.
 cleanup() {
 	local m user
 	remove_own "$OWN" "$OWN2"
+	[ "${#loaded_modules[@]}" = 0 ] || take_lock || true
 	for m in "${loaded_modules[@]}"; do
 		user=''
 		case $m in
@@ -160,10 +165,22 @@ on_signal() {
 	cleanup
 }
 
+# take_lock: this machine's Soft-RoCE lock, held on fd $lock (kept open
+# by a run that holds it already: cleanup from a signal mid-try_own).
+lock=''
+take_lock() {
+	local dir
+	[ -n "$lock" ] || {
+		dir=$(lock_dir 2>&1) || { why_not=$dir; return 1; }
+		exec {lock}>"$dir/rdma-pool-doorbell-soft-roce.lock"
+	}
+	flock "$lock"
+}
+
 # try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how (RDMA_DEV2 and
 # RDMA_ADDR_DEV2 too with SOFT_ROCE_DEVICES=2), or why_not.
 try_own() {
-	local addr addr2 addr6 err='' locks name names=("$OWN") addrs=() i
+	local addr addr2 addr6 err='' name names=("$OWN") addrs=() i status=0
 	[ "$(id -u)" = 0 ] || { why_not="only root can make one (rdma link add)"; return 1; }
 	# Ubuntu keeps rdma_rxe in a package of its own for each kernel.
 	if [ "$(rxe_module)" = none ] && ! err=$("$here/deps.sh" rxe 2>&1); then
@@ -173,13 +190,29 @@ try_own() {
 		return 1
 	fi
 	[ -z "$err" ] || echo "$err" >&2
+	# One run at a time, from the modules to its devices: two runs must
+	# not take one address, nor one ending remove a module between
+	# another's load and its device.
+	take_lock || return 1
+	make_own || status=$?
+	exec {lock}>&-
+	lock=''
+	[ "$status" = 0 ] || return 1
+	for i in "${!names[@]}"; do
+		name=${names[i]} addr=${addrs[i]}
+		rping_works "$addr" ||
+			{ why_not="$name is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"; return 1; }
+	done
+	RDMA_ADDR=${addrs[0]} RDMA_ADDR2=${addr2:-} RDMA_ADDR6=$addr6 RDMA_DEV=$OWN
+	[ "${#names[@]}" = 1 ] || RDMA_DEV2=$OWN2 RDMA_ADDR_DEV2=${addrs[1]}
+	how="$OWN, made for this run on a dummy interface of its own"
+}
+
+# make_own: try_own's modules, interfaces and devices, under the lock (its
+# variables are try_own's).
+make_own() {
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
 	[ "${SOFT_ROCE_DEVICES:-1}" != 2 ] || names+=("$OWN2")
-	# Two runs at once must not take one address: choosing it and putting
-	# it on this run's interface is done by one run at a time.
-	locks=$(lock_dir 2>&1) || { why_not=$locks; return 1; }
-	exec {lock}>"$locks/rdma-pool-doorbell-soft-roce.lock"
-	flock "$lock"
 	for name in "${names[@]}"; do
 		addr=$(own_address) || { err="no free address in 198.18.0.0/24"; break; }
 		err=$(ip link add "$name" type dummy 2>&1 && ip link set "$name" up 2>&1 &&
@@ -195,19 +228,11 @@ try_own() {
 	fi
 	addr6=fd52:444d:4100::${addr##*.}
 	ip -6 addr add "$addr6/128" dev "$OWN" nodad 2>/dev/null || addr6=
-
-	exec {lock}>&-
 	[ -z "$err" ] || { why_not=$err; return 1; }
-	for i in "${!names[@]}"; do
-		name=${names[i]} addr=${addrs[i]}
+	for name in "${names[@]}"; do
 		err=$(rdma link add "$name" type rxe netdev "$name" 2>&1) ||
 			{ why_not="rdma link add $name type rxe netdev $name: $err"; return 1; }
-		rping_works "$addr" ||
-			{ why_not="$name is up on $addr, but rping to it fails: ${rping_error%%$'\n'*}"; return 1; }
 	done
-	RDMA_ADDR=${addrs[0]} RDMA_ADDR2=${addr2:-} RDMA_ADDR6=$addr6 RDMA_DEV=$OWN
-	[ "${#names[@]}" = 1 ] || RDMA_DEV2=$OWN2 RDMA_ADDR_DEV2=${addrs[1]}
-	how="$OWN, made for this run on a dummy interface of its own"
 }
 
 # try_host: steps 2 and 3, saying why each would not do.
