@@ -47,8 +47,8 @@ stop_on_signals on_signal
 
 # machine_state [devices|modules]: what the harness may create, and must
 # remove again: its rdma links and interfaces (rxe_demo<PID>, rxe_dem2<PID>,
-# rxe_chrn<PID>), save another run's (its PID runs, and not below this
-# one), and the modules it loads.
+# rxe_chrn<PID>; another run's, whose PID runs and not below this one, as
+# "another run's ..."), and the modules it loads.
 machine_state() {
 	local kind name mine m
 	mine=" $$ $(descendants $$ | paste -sd' ') "
@@ -57,8 +57,11 @@ machine_state() {
 		ip -o link show | awk -F': ' '{ sub("@.*", "", $2); print "interface", $2 }'
 	} | while read -r kind name; do
 		[[ $name =~ ^rxe_(dem[o2]|chrn)([0-9]+) ]] || continue
-		[ -d "/proc/${BASH_REMATCH[2]}" ] && [[ $mine != *" ${BASH_REMATCH[2]} "* ]] ||
+		if [ -d "/proc/${BASH_REMATCH[2]}" ] && [[ $mine != *" ${BASH_REMATCH[2]} "* ]]; then
+			echo "another run's $kind $name"
+		else
 			echo "$kind $name"
+		fi
 	done
 	[ "${1:-}" != devices ] || return 0
 	for m in rdma_rxe rdma_ucm dummy; do
@@ -77,12 +80,10 @@ want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
 # check_run NAME LOG BEFORE: the mode soft-roce.sh chose, and the
 # machine as it was.
 check_run() {
-	local name=$1 log=$2 before=$3 after
-	after=$(machine_state)
+	local name=$1 log=$2 before=$3
 	pass_if "$name/chooses_host_mode" "no line matching '$want_mode': $(grep '^soft-roce:' "$log" | tr '\n' '|')" \
 		grep -Eq "$want_mode" "$log"
-	pass_if "$name/leaves_nothing_behind" "before: $(echo "$before" | tr '\n' ' '); after: $(echo "$after" | tr '\n' ' ')" \
-		[ "$after" = "$before" ]
+	pass_unless "$name/leaves_nothing_behind" "$(left_behind "$before")"
 }
 
 # demo_why LOG STATUS: nothing if the make demo that exited STATUS and
@@ -130,7 +131,7 @@ test_demo_kernel_view() {
 		why="no server QP $((sqp)) in RTS with peer $((cqp))"
 	elif ! grep -Eq "^  mr +rkey $rkey mrlen $pool comm rdma_" <<<"$rows"; then
 		why="no MR with the grant's rkey $rkey and the pool's $pool bytes"
-	elif [ "$(block "$log" "after the server's exit" | grep -vc '(none of theirs)$')" != 0 ]; then
+	elif [ "$(block "$log" "after the server's exit")" != "$(printf '  %-6s (none of theirs)\n' cm_id qp mr)" ]; then
 		why="something of theirs was left: $(block "$log" "after the server's exit" | tr '\n' '|')"
 	fi
 	pass_unless demo/kernel_view "${why:+$why: $(echo "$rows" | tr '\n' '|')}"
@@ -148,12 +149,16 @@ test_e2e() {
 }
 
 # left_behind BEFORE [devices]: nothing if machine_state [devices] is as
-# BEFORE, else "left behind: " and the lines it has that BEFORE had not.
+# BEFORE, else both (another run's devices aside).
 left_behind() {
-	local after
+	local before=$1 after skip="^another run's "
 	after=$(machine_state "${2:-}")
-	[ "$after" = "$1" ] ||
-		echo "left behind: $(grep -vxF -f <(echo "$1") <<<"$after" | tr '\n' ' ')"
+	# Beside another run, the modules aside: it loads them, and keeps them.
+	[[ $before$after != *"another run's "* ]] || skip+="|^module "
+	before=$(grep -Ev "$skip" <<<"$before" || true)
+	after=$(grep -Ev "$skip" <<<"$after" || true)
+	[ "$after" = "$before" ] ||
+		echo "before: $(echo "$before" | tr '\n' ' '); after: $(echo "$after" | tr '\n' ' ')"
 }
 
 # The interrupted run: a server, and a client that streams longer than the
@@ -163,6 +168,7 @@ cat >"$work/long-run.sh" <<'EOF'
 #!/usr/bin/env bash
 dir=$1 top=$2
 . "$top/scripts/program-lib.sh"
+while [ -n "${3:-}" ] && [ ! -e "$3" ]; do sleep 0.1; done
 "$top/rdma_pool_server" --port 0 >"$dir/server" 2>&1 &
 echo $! >"$dir/server.pid"
 port=$(listen_port "$dir/server" "$!") || exit 1
@@ -268,8 +274,8 @@ test_demo_beside_churn() {
 	ip link add "$dev" type dummy
 	when_finished "ip link delete $dev"
 	# shellcheck disable=SC2016 # expanded by sh
-	sh -c 'while :; do rdma link add "$1" type rxe netdev "$1"; sleep 0.1
-		rdma link delete "$1"; sleep 0.1; done' sh "$dev" >/dev/null 2>&1 &
+	sh -c 'while :; do rdma link add "$1" type rxe netdev "$1" && echo added
+		sleep 0.1; rdma link delete "$1"; sleep 0.1; done' sh "$dev" >"$dir/adds" 2>&1 &
 	churn=$!
 	when_finished "kill $churn 2>/dev/null; wait $churn; rdma link delete $dev 2>/dev/null"
 	make -s -C "$top" demo SANITIZE="${SANITIZE:-}" >"$dir/log" 2>&1 || status=$?
@@ -277,6 +283,8 @@ test_demo_beside_churn() {
 	why=$(demo_why "$dir/log" "$status")
 	if [ -z "$why" ] && grep -q 'rdma resource show failed' "$dir/log"; then
 		why="a view of the kernel failed: $(grep -m 1 'rdma resource show failed' "$dir/log")"
+	elif [ -z "$why" ] && [ "$(grep -cx added "$dir/adds")" -lt 2 ]; then
+		why="no churn: the other device was added fewer than twice: $(sort "$dir/adds" | uniq -c | tr '\n' ' ')"
 	fi
 	[ -n "$why" ] || why=$(left_behind "$before" devices)
 	pass_unless "$t" "$why"
@@ -296,12 +304,17 @@ test_overlapping_runs() {
 	first=$!
 	wait_until "$first" 60 test -e "$dir/up" ||
 		why="the first run did not come up: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
-	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" >"$dir/log" 2>&1 &
+	# The second run's programs start once the first has ended (and
+	# removed the modules it loaded that no device needs): they must find
+	# all they need.
+	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" "$dir/go" >"$dir/log" 2>&1 &
 	second=$!
-	wait_until "$second" 60 grep -qs '^granted ' "$dir/client" ||
-		why+="the second run's client never streamed: $(tail -n 3 "$dir/log" | tr '\n' '|')"
+	wait_until "$second" 60 grep -qs '^soft-roce: mode' "$dir/log" || true
 	touch "$dir/end"
 	wait "$first" || why+="the first run failed: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
+	touch "$dir/go"
+	wait_until "$second" 60 grep -qs '^granted ' "$dir/client" ||
+		why+="the second run's client never streamed: $(tail -n 3 "$dir/log" "$dir/server" | tr '\n' '|')"
 	sleep 1
 	if [ -z "$why" ]; then
 		if ! grep -q '^soft-roce: mode: host (rxe_demo' "$dir/log"; then
@@ -377,14 +390,18 @@ in_stage() { (cd "$1"/host-mode.* && eval "$2") 2>/dev/null; }
 # modules_restore: the modules as they were for the tests that follow, if
 # no RDMA device needs them.
 modules_restore() {
-	local m
-	[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || return 0
+	local m lock
+	# Under soft-roce.sh's lock: no run is between its modules and devices.
+	exec {lock}>"$(lock_dir)/rdma-pool-doorbell-soft-roce.lock"
+	flock "$lock"
 	for m in rdma_ucm rdma_rxe dummy; do
+		[ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] || break
 		# (Removing dummy deletes every dummy interface: another run's
 		# too, before it has a device on it.)
 		[ "$m" != dummy ] || [ -z "$(ip -o link show type dummy)" ] || continue
 		grep -qx "module $m" <<<"$modules_before" || modprobe -r "$m" 2>/dev/null || true
 	done
+	exec {lock}>&-
 }
 
 # Devices and interfaces named as the harness names its own (the first,
@@ -465,12 +482,18 @@ test_no_free_address() {
 
 # The demo's client dies mid-session: the demo fails, and its cleanup
 # still stops the server and removes its folder (a kill of the client,
-# already gone, must not end the cleanup under set -e).
+# already gone, must not end the cleanup under set -e).  Its own client
+# and server, of make demo's processes: two programs of the same names,
+# another run's stand-ins, must outlive the test.
 test_demo_client_dies() {
-	local dir=$work/dies before status=0 left why='' k pid
+	local dir=$work/dies before status=0 left why='' k pid others server
 	mkdir -p "$dir/tmp"
 	mkfifo "$dir/keys"
 	before=$(machine_state)
+	(exec -a "$top/rdma_pool_client" sleep 300) &
+	others=$!
+	(exec -a "$top/rdma_srq_pool_server_ev" sleep 300) &
+	others+=" $!"
 	DEMO_STEP=1 TMPDIR=$dir/tmp make -s -C "$top" demo SANITIZE="${SANITIZE:-}" \
 		<"$dir/keys" >"$dir/log" 2>&1 &
 	pid=$!
@@ -480,22 +503,40 @@ test_demo_client_dies() {
 	echo >&"$k" # past the view before the client
 	wait_until "$pid" 60 grep -q '^== the kernel, once the client holds' "$dir/log" || true
 	sleep 2 # the view's rows, then the demo waits for a key
-	pkill -KILL -f "^$top/rdma_pool_client " || why="no client to kill; "
+	server=$(run_pids "$pid" rdma_srq_pool_server_ev)
+	# shellcheck disable=SC2046 # PIDs
+	kill -KILL $(run_pids "$pid" rdma_pool_client) 2>/dev/null || why="no client to kill; "
 	echo >&"$k"
 	exec {k}>&-
 	# Up to 30 s for make demo to end: demo.sh's cleanup sends the server
 	# SIGINT without waiting, soft-roce.sh then stops what is left.
 	wait_until "$pid" 30 false || true
-	left=$(pgrep -af "^$top/rdma_srq_pool_server_ev " || true)
-	[ -z "$left" ] || why+="the server outlived make demo: $left; "
-	pkill -KILL -f "^$top/rdma_srq_pool_server_ev " || true
+	# shellcheck disable=SC2086 # PIDs
+	left=$(alive $server)
+	[ -n "$server" ] || why+="no server of make demo's; "
+	# shellcheck disable=SC2086 # PIDs
+	[ -z "$left" ] || { why+="the server outlived make demo; "; kill -KILL $left; }
 	wait "$pid" || status=$?
 	[ "$status" != 0 ] || why+="make demo exited 0; "
+	# shellcheck disable=SC2086 # PIDs
+	[ "$(alive $others | wc -l)" = 2 ] || why+="another run's program of the same name was killed; "
+	# shellcheck disable=SC2086 # PIDs
+	kill $others
 	left=$(find "$dir/tmp" -mindepth 1 -maxdepth 1)
 	[ -z "$left" ] || why+="left in TMPDIR: $(echo "$left" | tr '\n' ' '); "
 	left=$(left_behind "$before")
 	why+=${left:+$left; }
 	pass_unless demo/client_dies "${why:+$why$(tail -n 3 "$dir/log" | tr '\n' '|')}"
+}
+
+# run_pids PID NAME: the PIDs of the program NAME (its path's last part)
+# among PID's descendants.
+run_pids() {
+	local p arg0
+	for p in $(descendants "$1"); do
+		arg0=$(tr '\0' '\n' 2>/dev/null <"/proc/$p/cmdline" | sed -n 1p) || true
+		[[ $arg0 != */"$2" ]] || echo "$p"
+	done
 }
 
 if [ "$(id -u)" != 0 ] && [ -z "$(machine_ports)" ]; then
