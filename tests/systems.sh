@@ -225,28 +225,26 @@ test_space_in_path() {
 }
 
 # make test and make test SANITIZE=1 at once in one checkout: the second
-# must not relink the programs under the first, but wait for it.  In a copy
-# of the checkout, built as this one is, with a stand-in tests/run.sh.
+# must not relink the programs under the first, but wait for it
+# (flags_copy's checkout; its make test runs until the second says so).
 # (Neither make takes this make's variables, which it passes down.)
 test_other_flags_wait() {
-	local t=make/other_flags_wait d=$work/flags-co first status=0 why='' ours=() other=(SANITIZE=1)
+	local t=make/other_flags_wait d=$work/flags-co first second status=0 why='' ours=() other=(SANITIZE=1)
 	local plain=(env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE)
 	[ -z "${SANITIZE:-}" ] || { ours=(SANITIZE=1) other=(); }
-	mkdir -p "$d/build"
-	tar -C "$top" --exclude=./.git --exclude=./build -cf - . | tar -C "$d" -xf -
-	cp -a "$top"/build/{flags,fuzz_ctrl_msg} "$d/build/" 2>/dev/null || true
-	cat >"$d/tests/run.sh" <<'EOF'
-#!/bin/sh
-before=$(cat build/flags rdma_pool_client | md5sum)
-touch started
-sleep 8
-[ "$(cat build/flags rdma_pool_client | md5sum)" = "$before" ] || { echo "relinked under it"; exit 1; }
-EOF
+	flags_copy "$d"
+	rm -f "$d/started" "$d/release"
 	"${plain[@]}" make -C "$d" test "${ours[@]}" >"$d/first.out" 2>&1 &
 	first=$!
 	wait_until "$first" 120 test -e "$d/started" || why="the first make test did not start: $(tail -n 3 "$d/first.out" | paste -sd'|'); "
-	[ -n "$why" ] || "${plain[@]}" timeout 300 make -C "$d" test "${other[@]}" >"$d/second.out" 2>&1 || status=$?
+	if [ -z "$why" ]; then
+		"${plain[@]}" timeout 300 make -C "$d" test "${other[@]}" >"$d/second.out" 2>&1 &
+		second=$!
+		wait_until "$second" 120 grep -q 'with other flags' "$d/second.out" || true
+	fi
+	touch "$d/release"
 	wait "$first" || why+="the first make test failed: $(tail -n 2 "$d/first.out" | paste -sd'|'); "
+	[ -n "$why" ] || wait "$second" || status=$?
 	if [ -z "$why" ] && [ "$status" != 0 ]; then
 		why="the second exited $status: $(tail -n 2 "$d/second.out" | paste -sd'|')"
 	elif [ -z "$why" ] && ! grep -q 'with-build.sh: another make in this checkout uses programs built with other flags' "$d/second.out"; then
@@ -255,16 +253,36 @@ EOF
 	pass_unless "$t" "$why"
 }
 
+# flags_copy DIR: DIR a copy of this checkout, built as this one is, if it
+# is not one yet (two tests use it; either may run alone), with a stand-in
+# tests/run.sh: it runs until DIR/release is there (120 s at most), and 2 s
+# more, in which a make that did not wait would relink under it.
+flags_copy() {
+	[ ! -e "$1/Makefile" ] || return 0
+	mkdir -p "$1/build"
+	tar -C "$top" --exclude=./.git --exclude=./build -cf - . | tar -C "$1" -xf -
+	cp -a "$top"/build/{flags,fuzz_ctrl_msg} "$1/build/" 2>/dev/null || true
+	cat >"$1/tests/run.sh" <<'EOF'
+#!/bin/sh
+before=$(cat build/flags rdma_pool_client | md5sum)
+touch started
+timeout 120 sh -c 'until [ -e release ]; do sleep 0.1; done'
+sleep 2
+[ "$(cat build/flags rdma_pool_client | md5sum)" = "$before" ] || { echo "relinked under it"; exit 1; }
+EOF
+}
+
 # A make waiting for the shared lock while one of other flags holds it
 # whole (to rebuild) must not relink once that one runs its programs under
 # a shared lock: it waits on, for the whole lock.  The other make is played
 # by a holder of the lock, who leaves flags not ours in build/flags (for
-# 300 s at most, should this stage stop before it says go).  In the copy
-# test_other_flags_wait made.
+# 300 s at most, should this stage stop before it says go).
 test_flags_changed_while_waiting() {
 	local t=make/flags_changed_while_waiting d=$work/flags-co holder make why='' ours=()
 	local plain=(env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE)
 	[ -z "${SANITIZE:-}" ] || ours=(SANITIZE=1)
+	flags_copy "$d"
+	touch "$d/release"
 	"${plain[@]}" make -s -C "$d" build/flags "${ours[@]}" >"$d/flags.out" 2>&1 ||
 		{ fail "$t" "make build/flags failed: $(tail -n 2 "$d/flags.out" | paste -sd'|')"; return; }
 	rm -f "$d/locked" "$d/go"
@@ -508,7 +526,7 @@ test_vm_kernel_two_at_once() {
 	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
 	# shellcheck disable=SC2016 # expanded by the stand-in
 	stand_in "$bin/apt-get" '#!/bin/sh\nb=%q\nmkdir "$b/busy" 2>/dev/null || echo overlap >>"$b/overlaps"\nsleep 2; rmdir "$b/busy"\n' "$bin"
-	cp "$work/fake-apt/apt-cache" "$bin/"
+	stand_in "$bin/apt-cache" '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n'
 	for i in 1 2; do
 		KERNEL_CACHE=$cache PATH=$bin:$PATH "$top/scripts/vm-kernel.sh" >/dev/null 2>"$work/two$i.err" &
 		pids+=($!)
