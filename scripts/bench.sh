@@ -100,6 +100,16 @@ cleanup() {
 		echo "bench: this run's results are in $out" >&2
 }
 trap cleanup EXIT
+# on_signal SIG (stop_on_signals): a run stopped midway publishes nothing,
+# and FINAL keeps the last whole run.
+# shellcheck disable=SC2317 # run by the signal traps
+on_signal() {
+	echo "bench: SIG$1: stopped; nothing is published" >&2 || exec 2>/dev/null
+	[ "$out" = "$final" ] || rm -rf "$out"
+	out=''
+	cleanup
+}
+stop_on_signals on_signal
 # Scratch on the machine that runs the device (in the VM, its own tmpfs):
 # the servers print doorbell lines, and where they go is timed too.
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
@@ -118,8 +128,8 @@ if ! flock -n "$lock"; then
 	flock "$lock"
 fi
 # What this run writes goes to a folder of its own, which takes FINAL's
-# place when the run ends, whole or not (its logs say why); made once the
-# lock is held, so that a run stopped while it waits leaves FINAL as it was.
+# place when the run ends, whole or failed (its logs say why), not when it
+# is stopped; made once the lock is held.
 out=$(run_dir "$final")
 mkdir -p "$out/logs"
 

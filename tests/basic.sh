@@ -167,6 +167,27 @@ test_bench_smoke() {
 	pass_unless "$t" "$why"
 }
 
+# make bench stopped by Ctrl-C midway (here once it measures the headline)
+# publishes nothing: the smoke run's results stay, whole.
+test_bench_interrupted() {
+	local t=bench_interrupted dir=$work/bench pid before why=''
+	before=$(md5sum 2>/dev/null <"$dir/results.md") || true
+	as_job timeout 600 "$top/scripts/bench.sh" --smoke "$dir" >"$work/bench3.out" 2>&1
+	pid=$!
+	wait_until "$pid" 300 grep -q 'headline' "$work/bench3.out" || true
+	signal_job "$pid" group INT 30 || why="bench.sh still ran 30 s after SIGINT; "
+	if [ ! -s "$dir/results.md" ]; then
+		why+="no results.md of the smoke run to keep"
+	elif [ "$(md5sum <"$dir/results.md")" != "$before" ]; then
+		why+="the stopped run replaced the smoke run's results: $(tail -n 3 "$work/bench3.out" | tr '\n' '|')"
+	elif compgen -G "$dir.run.*" >/dev/null; then
+		why+="a run's own folder was left behind: $(echo "$dir".run.*)"
+	elif [ "$job_status" != 130 ]; then
+		why+="bench.sh exited $job_status, not by SIGINT: $(tail -n 3 "$work/bench3.out" | tr '\n' '|')"
+	fi
+	pass_unless "$t" "$why"
+}
+
 # grants_disjoint FILE: no grant overlaps a slice whose QP has no destroy
 # line yet, as that QP could still complete a write the NIC was already
 # placing among it (a disconnect line is not enough: the QP is then only

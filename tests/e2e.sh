@@ -89,5 +89,6 @@ test_client_args
 test_client_rejection_escaped
 test_bench_args
 test_bench_smoke
+test_bench_interrupted
 
 report_end
