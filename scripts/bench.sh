@@ -87,7 +87,10 @@ servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
 [ "$mode" != smoke ] || scale_servers=("$tick_server" "$ev_server")
 port=         # the server's that runs: the CM picks it (--port 0)
-pt_port=18600 # perftest's, a fresh one per run (one bench at a time)
+# perftest's, a fresh one per pair: one bench at a time holds a lock, but
+# root's and a user's are two locks (lock_dir), so each has ports of its own.
+pt_port=18600
+[ "$(id -u)" = 0 ] || pt_port=28600
 
 server_pid='' work='' out='' doorbells_checked=0
 cleanup() {
