@@ -188,8 +188,8 @@ test_bench_interrupted() {
 	pass_unless "$t" "$why"
 }
 
-# grants_disjoint FILE: no grant overlaps a slice whose QP has no destroy
-# line yet, as that QP could still complete a write the NIC was already
+# grants_disjoint FILE N: FILE has N grants, and none overlaps a slice
+# whose QP has no destroy line yet, as that QP could still complete a write the NIC was already
 # placing among it (a disconnect line is not enough: the QP is then only
 # in the error state).
 grants_disjoint() {
@@ -209,8 +209,8 @@ grants_disjoint() {
 		destroy) unset "lo[$qp]" "hi[$qp]" ;;
 		esac
 	done <"$1"
-	# Every grant line must have been read, or this proves nothing.
-	[ "$grants" = "$(grep -c '^grant ' "$1")" ]
+	# Every grant must have been read, or this proves nothing.
+	[ "$grants" = "$2" ] && [ "$(grep -c '^grant ' "$1")" = "$2" ]
 }
 
 # Eight clients at once, asking different sizes: each is granted its own
@@ -234,7 +234,7 @@ test_eight_clients() {
 	done
 	tail -n "+$((start + 1))" "$work/server.out" >"$work/grants"
 	[ -n "$why" ] || [ "$(grep -c '^grant ' "$work/grants")" = 8 ] || why="server did not print 8 grants"
-	[ -n "$why" ] || grants_disjoint "$work/grants" || why="two grants overlap"
+	[ -n "$why" ] || grants_disjoint "$work/grants" 8 || why="two grants overlap"
 	pass_unless "$t" "$why"
 }
 

@@ -95,7 +95,8 @@ as_job() {
 # group_runs PGID: true while a process of group PGID runs (a zombie no
 # longer does).
 group_runs() {
-	ps -A -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { n++ } END { exit !n }'
+	# (ps failing, the group is taken to run: a stop is not proven so.)
+	{ ps -A -o pgid=,stat= || echo "$1 R"; } | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { n++ } END { exit !n }'
 }
 
 # signal_job PID group|alone SIG SECONDS: SIG to the job PID (started under

@@ -427,6 +427,7 @@ test_table_meaning() {
 		{ skip "$t" "asks dpkg which package has each file, and this system has none"; return; }
 	out=$(table_meaning "$top/scripts/packages.txt")
 	why=$(grep -v '^checked ' <<<"$out" | paste -sd';') || true
+	[ -n "$out" ] || why="no need checked: no scripts/packages.txt?"
 	while read -r need; do
 		grep -qxF "checked $need" <<<"$out" || why+="${why:+;}$need not checked: its probe finds nothing here"
 	done < <(awk '$1 == "build" || $1 == "run" { print $2 }' "$top/scripts/packages.txt")
@@ -498,7 +499,8 @@ test_packaging() {
 		# RHEL's rebuilds ship what RHEL does, under the same names.
 		case $sys in rhel-9* | rocky-9* | almalinux-9*) packaging=$top/tests/packaging/rhel-9 ;; esac
 		out=$(packaging_meaning "$top/scripts/packages.txt" "$sys" "$packaging")
-		[ -r "$packaging" ] || out="no $packaging to hold the table to"
+		[ -r "$packaging" ] && [ -s "$top/scripts/packages.txt" ] ||
+			out="no $packaging or no scripts/packages.txt to hold to each other"
 		pass_unless "packages/$sys/bring_what_they_say" "$(paste -sd';' <<<"$out")"
 	done
 	sed 's/fedora=librdmacm-utils/fedora=perftest/' "$top/scripts/packages.txt" >"$work/wrong-fedora.txt"

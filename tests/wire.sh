@@ -267,7 +267,7 @@ session_records() {
 # grant, each doorbell) is in a mark on its program's column; mscgen draws
 # it.
 chart_why() {
-	local msc=$dir/$1/session.msc want got line
+	local msc=$dir/$1/session.msc want got line marks
 	session_records "$2" | awk -v "cout=$dir/$1/client.out" -v "sout=$dir/$1/server.out" \
 		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" >"$msc" || true
 	want=$(session_records "$2" | cut -f 5 | sort | uniq -c | awk '{ print $2, $1 }')
@@ -277,10 +277,12 @@ chart_why() {
 	elif [ "$want" != "$got" ]; then
 		echo "packets by kind [${want//$'\n'/, }], arrows' [${got//$'\n'/, }]"
 	fi
+	marks=$(sed -n 's/^\(granted \|doorbell seq=\)/cp &/p' "$dir/$1/client.out"
+		sed -n 's/^\(grant \|doorbell qp=\)/sp &/p' "$dir/$1/server.out")
+	[[ $marks == *"cp granted "*"sp grant "* ]] || echo "no grant line of the client's and the server's to find in a mark"
 	while read -r col line; do
 		grep -qF "$col abox $col" <<<"$(grep -F ": $line" "$msc")" || echo "no mark '$line' on $col"
-	done < <(sed -n 's/^\(granted \|doorbell seq=\)/cp &/p' "$dir/$1/client.out"
-		sed -n 's/^\(grant \|doorbell qp=\)/sp &/p' "$dir/$1/server.out")
+	done <<<"$marks"
 	if ! command -v mscgen >/dev/null; then
 		echo "no mscgen to draw it: scripts/deps.sh wire installs it"
 	elif ! mscgen -T svg -o "$dir/$1/session.svg" "$msc" >/dev/null 2>&1 ||
