@@ -196,12 +196,20 @@ build_initramfs() {
 # qemu_cmd ACCEL APPEND MEGABYTES CPUS: sets the array qemu to the command
 # line every boot of vm_ver shares, for the caller to add devices to.  Only
 # panics reach the console (loglevel=1); panic=-1 reboots at once, and
-# -no-reboot turns that into qemu exiting.  Not -nographic: with it, the
-# BIOS draws its screen on the first serial port, the guest job's stdout.
-# -nic none: no network but what the caller plugs in.
+# -no-reboot turns that into qemu exiting.  oops=panic: an oops otherwise
+# kills only the task, and may leave the machine deadlocked (the kernel's
+# kernel-parameters.txt); seen: a task that oopsed hung in exit_mmap()
+# until the VM's time ran out.  TCG on one host thread: with one per vCPU,
+# a vCPU ran an int3 that the kernel's code patching had already replaced
+# ("Oops: int3" on 6.12, in 1 boot of 40; none in 40 on one thread).
+# Not -nographic: with it, the BIOS draws its screen on the first serial
+# port, the guest job's stdout.  -nic none: no network but what the
+# caller plugs in.
 qemu_cmd() {
-	qemu=(qemu-system-x86_64 -accel "$1" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
-		-initrd "$vm_initramfs" -append "console=ttyS1 quiet loglevel=1 panic=-1 $2"
+	local accel=$1
+	[ "$accel" != tcg ] || accel+=,thread=single
+	qemu=(qemu-system-x86_64 -accel "$accel" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
+		-initrd "$vm_initramfs" -append "console=ttyS1 quiet loglevel=1 panic=-1 oops=panic $2"
 		-m "$3" -smp "$4" -display none -no-reboot -nic none -monitor none)
 }
 

@@ -48,8 +48,7 @@ main() {
 
 	# In the background, so that a signal stops the VM at once.  A guest
 	# that stops before CMD starts has run nothing of it: it boots once
-	# more (seen: "Oops: int3" in the kernel's own code patching, on 6.12
-	# under TCG).
+	# more (seen on 6.12, with a host thread per vCPU: qemu_cmd).
 	for try in 1 2; do
 		status=0
 		boot_vm "$job" 2048 2 '' &

@@ -5,7 +5,8 @@
 # terminal sends it) or by SIGTERM or SIGHUP to the script alone.  Within
 # seconds every qemu must be gone, and the VMs' folders, and the script
 # must end by that signal (so that the make or shell that started it stops
-# too); wire.sh must publish nothing.  Runs on this machine, where the VMs
+# too); wire.sh must publish nothing.  A VM's kernel that oopses must stop
+# it too.  Runs on this machine, where the VMs
 # would; reports in TAP (tests/report-lib.sh).
 set -euo pipefail
 
@@ -131,8 +132,18 @@ test_probe_interrupt() {
 	pass_unless "$name" "${why:+$why: $(tail -n 3 "$out/probe.log" | tr '\n' '|')}"
 }
 
+# A kernel that oopses in the VM ends it (vm-lib.sh's oops=panic), as a
+# panic does, rather than running on, maybe deadlocked, until VM_TIMEOUT.
+test_panics_on_oops() {
+	local t=vm_interrupt/vm-run/panics_on_oops status=0 value
+	value=$("$top/scripts/vm-run.sh" cat /proc/sys/kernel/panic_on_oops 2>"$out/oops.err") || status=$?
+	pass_if "$t" "vm-run.sh exited $status, kernel.panic_on_oops '$value': $(tail -n 2 "$out/oops.err" | tr '\n' '|')" \
+		[ "$status:$value" = 0:1 ]
+}
+
 report_plan
 test_probe_interrupt
+test_panics_on_oops
 for script in vm-run vm-pair; do
 	test_vm_interrupt "$script" ctrl_c INT group sleep 600
 	test_vm_interrupt "$script" sigterm TERM alone sleep 600
