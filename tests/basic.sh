@@ -11,9 +11,7 @@ client_session() {
 	expect_served "$1" "$2" "$5" "$6" "$7" "$status"
 }
 
-test_one_client() {
-	client_session "$1/one_client" one "$2" 10000 1000 32 12288
-}
+test_one_client() { client_session "$1/one_client" one "$2" 10000 1000 32 12288; }
 
 # The client's ways of posting (see make bench): several doorbells in
 # flight, values from registered memory, one ibv_post_send per write. The
@@ -259,9 +257,5 @@ test_deny() {
 
 # SIGINT: the server closes every connection, destroys every QP, and its
 # last line says that everything came back (expect_shutdown).
-test_sigint() {
-	local status=0
-	stop_server || status=$?
-	expect_shutdown "$1/sigint_exits_0" "$status"
-}
+test_sigint() { local status=0; stop_server || status=$?; expect_shutdown "$1/sigint_exits_0" "$status"; }
 

@@ -11,9 +11,7 @@ doctor_need_kib='' # what the doctor says the server pins, once it has said
 
 # doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output
 # in $work/NAME.out; returns its exit status.
-doctor_run() {
-	"${@:2}" timeout 120 "$doctor" >"$work/$1.out" 2>"$work/$1.err"
-}
+doctor_run() { "${@:2}" timeout 120 "$doctor" >"$work/$1.out" 2>"$work/$1.err"; }
 
 # Every check ok, in order, and the address it found is one the tests
 # connect to (with a second device, the doctor may take that one; beside

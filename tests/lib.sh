@@ -24,10 +24,7 @@ on_fail() {
 
 # end_jobs PID...: background jobs no longer needed, killed and reaped
 # (stderr away: bash reports a job killed by a signal).
-end_jobs() {
-	kill "$@" 2>/dev/null || true
-	{ wait "$@" || true; } 2>/dev/null
-}
+end_jobs() { kill "$@" 2>/dev/null || true; { wait "$@" || true; } 2>/dev/null; }
 
 # test_lib: the helpers see what a long server log holds: a line found
 # early, with much after it, is found (no test of the programs).
@@ -46,10 +43,7 @@ test_lib() {
 	rm -f "$work/server.out"
 }
 
-cleanup() {
-	[ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
-	rm -rf "$work" "${open_top:-}"
-}
+cleanup() { [ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true; rm -rf "$work" "${open_top:-}"; }
 
 # open_copy: sets open_top to a copy of the programs and scripts that any
 # user can read and run.  The tests that run one as nobody run it from
@@ -84,12 +78,7 @@ start_server() {
 }
 
 # stop_server: SIGINT, then its exit status (124 if it did not exit in 20 s).
-stop_server() {
-	local status=0
-	stop_program "$server_pid" || status=$?
-	server_pid=
-	return "$status"
-}
+stop_server() { local status=0; stop_program "$server_pid" || status=$?; server_pid=; return "$status"; }
 
 # run_client NAME PORT ARGS...: the client, output in $work/NAME.out/.err.
 run_client() { timeout 120 "$client" --port "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"; }

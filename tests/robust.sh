@@ -344,11 +344,7 @@ own_server() {
 # give_up T WHY [PID...]: T fails saying WHY, and the test's server and
 # peers (PIDs) are ended. A server left running would outlive the run: the
 # next start_server forgets its pid, and cleanup kills only the last.
-give_up() {
-	fail "$1" "$2"
-	stop_server || true
-	[ $# -lt 3 ] || end_jobs "${@:3}"
-}
+give_up() { fail "$1" "$2"; stop_server || true; [ $# -lt 3 ] || end_jobs "${@:3}"; }
 
 # Servers stopped under load: each streaming client reports the failed work
 # completion by its status name and exits non-zero within a few seconds.
