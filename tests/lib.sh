@@ -65,12 +65,14 @@ as_user() {
 	open_copy
 }
 
-# start_server PROGRAM [OPTIONS...]: start it and wait until it listens, on
-# server_port.  The CM picks the port (--port 0), from the kernel's local
-# port range: two runs at once never meet, nor meet a fixed port below it.
+# start_server [--as-nobody KIB] PROGRAM [OPTIONS...]: start it (as_user KIB)
+# and wait until it listens, on server_port: one the CM picks (--port 0, see
+# listen_port) from the kernel's local port range, never a fixed port below it.
 start_server() {
+	local as=() dir=$top
+	if [ "$1" = --as-nobody ]; then as_user "$2"; as=("${nobody_cmd[@]}") dir=$open_top; shift 2; fi
 	rm -f "$work"/*.out "$work"/*.err
-	"$top/$1" --port 0 "${@:2}" >"$work/server.out" 2>"$work/server.err" &
+	"${as[@]}" "$dir/$1" --port 0 "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	server_port=$(listen_port "$work/server.out" "$server_pid") || return
 	# The pool's size, as the server says it: the one source of it.

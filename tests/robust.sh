@@ -118,16 +118,16 @@ nobody_server() {
 # ended at the first client, exit 1). Root is exempt from the limit, so the
 # server runs as nobody here.
 test_memlock() {
-	local s=$1 t=$1/args/memlock_too_low status=0
+	local s=$1 t=$1/args/memlock_too_low kib=$((4096 - 4)) status=0
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	nobody_server "$t" 1024 "$s" memlock || return 0
+	nobody_server "$t" "$kib" "$s" memlock || return 0
 	run_client memlock_client "$nobody_port" "$RDMA_ADDR" 4096 || true
 	run_client memlock_again "$nobody_port" "$RDMA_ADDR" 4096 || true
 	stop_program "$nobody_pid" || status=$?
 	if [ "$status" != 0 ]; then
 		fail "$t" "server exit status $status after SIGINT, not 0: $(head -c 300 "$work/memlock.err")"
 	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/memlock.err" ||
-		! grep -q 'may pin only 1024 KiB (ulimit -l).*limits.conf.*LimitMEMLOCK' "$work/memlock.err"; then
+		! grep -q "may pin only $kib KiB (ulimit -l).*limits.conf.*LimitMEMLOCK" "$work/memlock.err"; then
 		fail "$t" "no memlock hint: $(head -c 400 "$work/memlock.err")"
 	else
 		pass_if "$t" "both clients were not told: $(head -c 200 "$work/memlock_again.err")" \
@@ -837,17 +837,12 @@ test_isolation() {
 # full pool, is why it denies it (ENOMEM, the only status the protocol has
 # for "no memory").
 test_isolation_unprivileged() {
-	local s=$1 t=$1/isolation_mr/unprivileged port
+	local s=$1 t=$1/isolation_mr/unprivileged
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	as_user 2048
-	rm -f "$work"/*.out "$work"/*.err
-	"${nobody_cmd[@]}" "$open_top/$s" --port 0 --isolation mr >"$work/server.out" 2>"$work/server.err" &
-	server_pid=$!
-	port=$(listen_port "$work/server.out" "$server_pid") ||
-		{ give_up "$t" "the server did not listen: $(head -c 300 "$work/server.err")"; return; }
-	peer_bg first "$port" req:1048576 sleep:4000
+	own_server "$t" --as-nobody 2048 "$s" --isolation mr || return 0
+	peer_bg first "$server_port" req:1048576 sleep:4000
 	await_line "$work/first.out" '^reply ' 20 || true
-	peer_steps second "$port" req:1048576 || true
+	peer_steps second "$server_port" req:1048576 || true
 	wait "$peer_pid" || true
 	expect_lines "$t/first_slice_granted" "$work/first.out" <<<"reply status=0 size=1048576 rkey=KEY"
 	expect_lines "$t/second_denied" "$work/second.out" <<<"reply status=ENOMEM size=0 rkey=0x0"
