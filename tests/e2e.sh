@@ -11,16 +11,7 @@
 set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
-# The device: RDMA_DEV if set, else the rxe device on RDMA_ADDR's interface.
-if [ -z "${RDMA_DEV:-}" ]; then
-	for dev in /sys/class/infiniband/*; do
-		if [ -r "$dev/parent" ] &&
-			[[ $(ip -4 -o addr show dev "$(cat "$dev/parent")") == *" $RDMA_ADDR/"* ]]; then
-			RDMA_DEV=${dev##*/}
-		fi
-	done
-fi
-: "${RDMA_DEV:?no RDMA device carries $RDMA_ADDR: set RDMA_DEV}"
+: "${RDMA_DEV:?run this through scripts/soft-roce.sh, which sets RDMA_DEV}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 report_stage=e2e
@@ -82,7 +73,22 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_isolation "$server" none
 	test_isolation "$server" mr
 	test_isolation_unprivileged "$server"
-	test_hostile "$server"
+	test_handshake_deadline "$server"
+	test_lost_rtu "$server"
+	test_source_limits "$server"
+	test_request_deadline "$server"
+	test_keepalive "$server"
+	test_broken_qp "$server"
+	test_key_guesses "$server"
+	test_guesses_at_once "$server"
+	test_invalidate "$server"
+	test_device_limits "$server"
+	test_output_stalled "$server"
+	test_tty_stalled "$server"
+	test_output_gone "$server"
+	mismatch_flood_case "$server/mismatch_flood" "$server" req:4096
+	mismatch_flood_case "$server/mismatch_flood/no_slice" "$server"
+	test_stderr_stalled "$server"
 	test_device_removed "$server"
 done
 test_client_args

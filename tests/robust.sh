@@ -236,14 +236,7 @@ test_bad_messages() {
 		send:32:$m:1:0:4096 send:32:$m:1:2:4096 send:32:$m:1:9:4096 \
 		req:0 req:4096 req:4096 req:1 || true
 	expect_lines "$t/one_reply_each" "$work/bad.out" <<-EOF
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
-		reply status=EBADMSG size=0 rkey=0x0
+		$(printf 'reply status=EBADMSG size=0 rkey=0x0\n%.0s' {1..8})
 		reply status=EINVAL size=0 rkey=0x0
 		reply status=0 size=4096 rkey=KEY
 		reply status=EBUSY size=0 rkey=0x0
@@ -740,7 +733,6 @@ two_devices_case() {
 	else
 		pass "$t/at_once"
 	fi
-	expect_stats "$t/nothing_lost"
 	stop_server || true
 }
 

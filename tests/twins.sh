@@ -1,24 +1,19 @@
 #!/usr/bin/env bash
 # The two servers are twins on purpose: rdma_pool_server.c (a polling tick)
 # and rdma_srq_pool_server_ev.c (events) differ only where their designs
-# differ, so that `diff` between them is a lesson: events against a tick,
-# and one more, the event-driven server's registered reply buffers against
-# the polling server's inline replies.  This keeps it true: a function that
-# both define must be the same, word for word (its comment above it may
-# differ), unless DESIGNED below gives the reason; the functions they
-# share come in the same order in both files; a function only one file
-# defines is one OWN_EV names (the polling file has none of its own); and a
-# macro both define is defined alike (one only one defines is named).
-#
-#   tests/twins.sh [TICK_FILE EV_FILE]
-#
-# Reports in TAP (tests/report-lib.sh); exits non-zero if any check
-# failed.  With the real files it also checks itself (at the end).
+# differ, so that `diff` between them is a lesson: events against a tick, and
+# registered reply buffers (event-driven) against inline replies (polling).
+# This keeps it true: a function both define must be the same, word for word
+# (its comment above it may differ), unless DESIGNED gives the reason; shared
+# functions come in the same order in both files; a function only one defines
+# is one OWN_EV names (the polling file has none); a macro both define is
+# defined alike (one only one defines is named).  Reports in TAP
+# (tests/report-lib.sh), exits non-zero if a check failed; last, checks itself.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-tick=${1:-$top/rdma_pool_server.c}
-ev=${2:-$top/rdma_srq_pool_server_ev.c}
+tick=$top/rdma_pool_server.c
+ev=$top/rdma_srq_pool_server_ev.c
 
 declare -A DESIGNED=(
 	[cq_open]="the event-driven CQ has a completion channel and is armed"
@@ -39,7 +34,7 @@ trap 'rm -rf "$work"' EXIT
 report_prefix=twins/ report_stage=twins
 # shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
-[ "$#" != 0 ] || report_plan
+report_plan
 
 # functions FILE DIR: each function definition of FILE into DIR/NAME, the
 # names in file order into DIR/.order.  A definition runs from a line at
@@ -132,17 +127,15 @@ compare "$tick" "$ev" "$work/real"
 
 # The check checks itself: on_doorbell, shared and not designed to differ,
 # and CQ_BATCH, each changed by one word in a copy, must be caught.
-if [ "$#" = 0 ]; then
-	sed 's/conn->dev->doorbells++;/conn->dev->doorbells += 2;/; s/^#define CQ_BATCH 16 /#define CQ_BATCH 32 /' \
-		"$ev" >"$work/ev_changed.c"
-	(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
-	if [ "$(diff "$ev" "$work/ev_changed.c" | grep -c '^>')" != 2 ]; then
-		fail catches_a_difference "the self-test's sed did not find both on_doorbell's count and CQ_BATCH to change"
-	elif ! grep -q '^not ok - twins/shared_functions_identical (.*: .* on_doorbell' "$work/self.out"; then
-		fail catches_a_difference "a changed on_doorbell went unnoticed"
-	else
-		pass_if catches_a_difference "a changed CQ_BATCH went unnoticed" \
-			grep -q '^not ok - twins/shared_macros_identical (.*: .* CQ_BATCH' "$work/self.out"
-	fi
+sed 's/conn->dev->doorbells++;/conn->dev->doorbells += 2;/; s/^#define CQ_BATCH 16 /#define CQ_BATCH 32 /' \
+	"$ev" >"$work/ev_changed.c"
+(compare "$tick" "$work/ev_changed.c" "$work/self") >"$work/self.out" 2>&1 || true
+if [ "$(diff "$ev" "$work/ev_changed.c" | grep -c '^>')" != 2 ]; then
+	fail catches_a_difference "the self-test's sed did not find both on_doorbell's count and CQ_BATCH to change"
+elif ! grep -q '^not ok - twins/shared_functions_identical (.*: .* on_doorbell' "$work/self.out"; then
+	fail catches_a_difference "a changed on_doorbell went unnoticed"
+else
+	pass_if catches_a_difference "a changed CQ_BATCH went unnoticed" \
+		grep -q '^not ok - twins/shared_macros_identical (.*: .* CQ_BATCH' "$work/self.out"
 fi
 report_end
