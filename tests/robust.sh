@@ -37,8 +37,7 @@ test_client_args() {
 	expect_error "$t/window_0" 5 "bad window '0'" "$client" -w 0 "$RDMA_ADDR" 100
 	expect_error "$t/window_too_deep" 10 "need a send queue 4294967296 deep; $RDMA_DEV allows" "$client" -k 65536 -w 65536 "$RDMA_ADDR" 100
 	expect_error "$t/unresolvable_address" 10 "cannot resolve 'no-such-host.invalid'" "$client" no-such-host.invalid 100
-	# 7999 is below the kernel's local port range, where the CM finds
-	# the tests' servers a port (--port 0): none listens there.
+	# No server listens on 7999: below the local port range (start_server).
 	expect_error "$t/no_server_listening" 10 "rejected the connection: is a server listening there" "$client" -p 7999 "$RDMA_ADDR" 100
 }
 
@@ -63,8 +62,7 @@ test_client_rejection_escaped() {
 	fi
 }
 
-# make bench's arguments: each refused at once, naming what was wrong, and
-# before the run makes its folder.
+# make bench's arguments: each refused at once, naming it, with no folder made.
 test_bench_args() {
 	local t=bench_args bench=$top/scripts/bench.sh dir=$work/bench-args
 	expect_error "$t/rounds_0" 5 "--rounds wants a number of rounds from 1 to 9999, not '0'" "$bench" --rounds 0 "$dir"
@@ -114,9 +112,7 @@ nobody_server() {
 
 # An ordinary user whose locked-memory limit (ulimit -l) is smaller than the
 # pool: the server says why and how to fix it, and rejects each client; the
-# device is left closed, and SIGINT ends the server as ever (before, it
-# ended at the first client, exit 1). Root is exempt from the limit, so the
-# server runs as nobody here.
+# device is left closed, and SIGINT ends the server as ever.
 test_memlock() {
 	local s=$1 t=$1/args/memlock_too_low kib=$((4096 - 4)) status=0
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
@@ -137,10 +133,8 @@ test_memlock() {
 
 # A device the server cannot open (its pool passes ulimit -l, the first
 # device's pool having taken most of it) costs only its own clients: one
-# through it is refused while a client of the first device holds its
-# slice, and the first device serves another; SIGINT then ends the server
-# as ever. (Before, the server ended there, and with the held connection
-# polled the CQ the device never had: SIGSEGV.)
+# through it is refused while a first-device client holds its slice, the
+# first device serves another, and SIGINT then ends the server as ever.
 test_device_unopenable() {
 	local s=$1 t=$1/two_devices/one_unopenable status=0 why=''
 	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (RDMA_DEV2)"; return; }
@@ -183,16 +177,13 @@ expect_lines() {
 	pass_if "$1" "wanted [$(echo "$want" | tr '\n' '|')] got [$(echo "$got" | tr '\n' '|')]" [ "$want" = "$got" ]
 }
 
-# stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its
-# answer (a "stats device=..." line per device in use, then the totals,
-# "stats connections=...") passes WHY ANSWER (by default totals_whole: the totals
-# say that nothing is in use); prints the last answer.  20 asks at most,
-# 0.4 s apart, each waiting up to 1 s for its answer: about 8 s in all when
-# every answer comes at once and fails WHY, about 30 s when none comes.
-# Only answers since the call count: an older one says nothing of now.
-# (The log is only ever read: the server keeps writing to that very file.)
-# A server that is gone answers so: a kill that fails would end the whole
-# stage under set -e, where its tests should fail by name.
+# stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its answer
+# (a "stats device=" line per device in use, then the "stats connections="
+# totals) passes WHY ANSWER (by default totals_whole); prints the last answer.
+# 20 asks 0.4 s apart, each waiting up to 1 s: about 8 s if each answer comes
+# at once and fails WHY, 30 s if none comes.  Only answers since the call
+# count (the log is only read: the server writes on into it).  A gone server
+# is an answer: under set -e a failed kill would end the stage, not fail tests.
 stats_idle() {
 	local answer='' i j first seen
 	first=$(stats_answers)
@@ -223,9 +214,8 @@ expect_stats() {
 	pass_if "$1" "after every client left: '$line'" stats_whole "$line"
 }
 
-# A peer that sends every kind of wrong message gets exactly one error reply
-# for each, on one connection that stays up, while a normal client streams
-# beside it undisturbed.
+# Every kind of wrong message from a peer gets exactly one error reply, on one
+# connection that stays up, while a client streams beside it undisturbed.
 test_bad_messages() {
 	local port=$2 t=$1/bad_messages m=0x52444d41 status=0 bystander
 	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
@@ -261,9 +251,8 @@ test_size_edges() {
 	done
 }
 
-# A message too long for the server's receive buffer fails that receive
-# and ends that connection, and only that one: a client streaming beside
-# it sees every doorbell through.
+# A message too long for a receive buffer fails that receive and ends that
+# connection only: a client streaming beside it sees every doorbell through.
 test_oversized_message() {
 	local port=$2 t=$1/oversized_message bystander status=0
 	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
@@ -308,9 +297,8 @@ test_client_killed() {
 
 # 200 connect / allocate / write / disconnect cycles: all succeed, no slice
 # is lent again before the QP that held it is destroyed (each cycle comes
-# while the last one's QP is still closing, up to 2 s where the device
-# never raises LAST_WQE_REACHED), and the pool and the connection count
-# are back to zero afterwards.
+# while the last one's QP is still closing: see slice_back), and the pool and
+# the connection count are back to zero afterwards.
 test_cycles() {
 	local port=$2 t=$1/cycles_200 i bad=0 start
 	start=$(wc -l <"$work/server.out")
@@ -354,8 +342,7 @@ test_server_dies() {
 	[ "$how" = stopped ] || sig=KILL
 	kill -s "$sig" "$server_pid" 2>/dev/null || bad="the server was gone before SIG$sig"
 	local start=$SECONDS
-	# (stderr away here and at its wait: bash reports a server killed by a
-	# signal after whichever command comes next, such as a grep below.)
+	# (stderr away here and at its wait: bash reports it a command late.)
 	for i in 0 1 2; do
 		status=0
 		wait "${pids[$i]}" || status=$?
@@ -373,10 +360,9 @@ test_server_dies() {
 	pass_unless "$t" "$bad"
 }
 
-# One connection more than --max-conns: rejected, with the reason on both
-# sides, while the others are served. The two holders keep their
-# connections until the test ends them (a fixed hold time can run out
-# first on a busy machine).
+# One connection more than --max-conns is rejected, with the reason on both
+# sides, while the others are served, and held until the test ends them (a
+# fixed hold time can run out first on a busy machine).
 test_max_conns() {
 	local s=$1 t=$1/max_conns i pids=()
 	own_server "$t" "$s" --max-conns 2 --conns-per-source 3 || return 0
@@ -395,11 +381,10 @@ test_max_conns() {
 	stop_server || true
 }
 
-# A connection the server ends before the client has finished connecting:
-# a peer that never sends the handshake's last message (RTU), then a
-# message too long for a receive buffer. No DISCONNECTED event can come
-# for it (a disconnect request cannot be sent before the connection is
-# ESTABLISHED), so the server must close it itself, at once: with
+# A peer that never sends the RTU (the handshake's last message) sends a
+# message too long for a receive buffer: the server ends the connection, and
+# as no disconnect request can be sent before it is ESTABLISHED, no
+# DISCONNECTED event comes: the server must close it itself, at once.  With
 # --max-conns 1 the next client is served while the peer still holds it.
 test_closed_before_established() {
 	local s=$1 t=$1/closed_before_established
@@ -420,15 +405,13 @@ test_closed_before_established() {
 	stop_server || true
 }
 
-# A burst of short connections at the limit (--max-conns 4): three peers
-# hold their places with 8 replies each stuck in the server's send queue,
-# while twelve more come one after the other through the fourth place,
-# leave 8 replies stuck as well and go. A closing connection whose sends
-# have all completed (they are flushed once its QP is in the error state)
-# can complete nothing but receives, which the SRQ's share of the CQ
-# covers: it must not keep its place until its QP is destroyed. All twelve
-# get in, the CQ never overruns (the server would stop on IBV_EVENT_CQ_ERR)
-# and nothing is lost.
+# At the limit (--max-conns 4) three peers hold places, 8 replies each stuck
+# in the server's send queue; twelve more, one after another, do the same
+# through the fourth place and go.  A closing connection whose sends have all
+# completed (flushed, its QP in the error state) can complete only receives,
+# which the SRQ's share of the CQ covers: it must not keep its place until its
+# QP is destroyed.  All twelve get in, the CQ never overruns (the server would
+# stop on IBV_EVENT_CQ_ERR) and nothing is lost.
 test_burst_at_the_limit() {
 	local s=$1 t=$1/burst_at_the_limit i holders=() bad='' status=0
 	own_server "$t" "$s" --max-conns 4 --conns-per-source 4 --srq-depth 16 || return 0
@@ -455,28 +438,23 @@ test_burst_at_the_limit() {
 		[ "$status" = 0 ]
 }
 
-# hw_counter NAME: the device's port counter NAME (rxe has them in sysfs),
-# or nothing if there is none.
+# hw_counter NAME: the device's port counter NAME (rxe's are in sysfs), if any.
 hw_counter() { cat "/sys/class/infiniband/$RDMA_DEV/ports/1/hw_counters/$1" 2>/dev/null || true; }
 
 # 32 clients at once against a deliberately small SRQ: receivers are not
-# always ready, the NICs retry, and every doorbell still arrives intact.
-# The device's counters show that "receiver not ready" really happened
-# (RNR NAKs) and that no retry ran out; afterwards nothing is lost.
-# The clients run at nice 19 (LOAD_NICE). Each spins on its CQ, and on
-# Soft-RoCE the "NIC" is the kernel (on 6.1 mostly in the posting call and
-# tasklets, on 6.12 a workqueue's threads) competing with the server: at
-# nice 0, 32 spinning clients leave the server a 34th of the VM's two CPUs.
-# Measured on 6.1: at nice 0 the slowest doorbell took up to 2.9 s, and
+# always ready, the NICs retry (the counters show RNR NAKs, no retry run out),
+# every doorbell still arrives intact, and nothing is lost.  The clients run
+# at nice 19 (LOAD_NICE): each spins on its CQ, and rxe's "NIC" is the kernel
+# (6.1: mostly the posting call and tasklets; 6.12: a workqueue's threads)
+# competing with the server, which 32 at nice 0 leave a 34th of the VM's two
+# CPUs.  Measured on 6.1: at nice 0 the slowest doorbell took up to 2.9 s, and
 # once in CI a write's retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of
 # 0.27 s); at nice 19, still some RNR NAKs in every run.
 test_load() {
 	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line why slowest
 	local -A before=() after=()
 	local counters=(send_rnr_err rcvd_rnr_err retry_rnr_exceeded_err retry_exceeded_err)
-	# 32 clients from one address, at once: the places one address may
-	# hold by default (#49: 16 in their handshake at once were, and one to
-	# three of the 32 were refused).
+	# 32 from one address, at once: the places it may hold by default.
 	own_server "$t" "$s" --srq-depth 4 || return 0
 	for i in "${counters[@]}"; do before[$i]=$(hw_counter "$i"); done
 	for ((i = 0; i < 32; i++)); do
@@ -528,14 +506,12 @@ test_rnr_counters() {
 	fi
 }
 
-# Peers that leave their replies stuck: each connects asking the server's
-# NIC to retry "receiver not ready" forever (--rnr-retry 7), posts no
-# receive, sends 8 requests, and then disconnects or is killed. Their
-# replies can only leave the server's send queue as flushes, when the
-# server closes the connection; if any were lost with its QP, the
-# event-driven server would run out of reply buffers (--max-conns 1 gives
-# it 8) and the SRQ would shrink. After more peers than that, ordinary
-# clients are served and nothing is lost.
+# Peers that leave their replies stuck: each asks the server's NIC to retry
+# "receiver not ready" forever (--rnr-retry 7), posts no receive, sends 8
+# requests, then disconnects or is killed.  The replies leave the send queue
+# only as flushes, at the server's close; any lost with the QP would leave the
+# event-driven server out of reply buffers (8 at --max-conns 1) and the SRQ
+# shrunk.  After more peers than that, clients are served and nothing is lost.
 test_stuck_replies() {
 	local s=$1 t=$1/stuck_replies i bad='' steps
 	own_server "$t" "$s" --max-conns 1 || return 0
@@ -543,8 +519,7 @@ test_stuck_replies() {
 		stats_idle >/dev/null # the one connection it may have must be gone
 		steps=(blind:8)
 		((i % 2)) || steps+=(kill)
-		# (In braces: bash's "Killed" notice goes to /dev/null. A
-		# subshell's would not: bash reports the subshell itself.)
+		# (Braces: for a subshell bash reports the subshell itself.)
 		{ timeout 60 "$peer" --rnr-retry 7 "$RDMA_ADDR" "$server_port" "${steps[@]}" \
 			>"$work/stuck.out" 2>"$work/stuck.err"; } 2>/dev/null || true
 		grep -qx 'blind sent=8' "$work/stuck.out" ||
@@ -561,10 +536,9 @@ test_stuck_replies() {
 	stop_server || true
 }
 
-# address_case T SERVER V4 V6 LISTEN [OPTIONS...]: a server with OPTIONS,
-# whose listen line says address=LISTEN; then a client through RDMA_ADDR
-# and one through RDMA_ADDR6, each served (V4, V6: yes) or refused by the
-# CM, which has no listener there (no).
+# address_case T SERVER V4 V6 LISTEN [OPTIONS...]: a server with OPTIONS, whose
+# listen line says address=LISTEN; then a client through RDMA_ADDR and one
+# through RDMA_ADDR6, each served (V4, V6: yes) or refused: no listener (no).
 address_case() {
 	local t=$1 s=$2 v4=$3 v6=$4 listen=$5 fam addr want status
 	shift 5
@@ -615,10 +589,9 @@ device_clients() {
 	pass "$t"
 }
 
-# devices_let_go_why BLOCK: the stats of one SIGUSR1 once every client has
-# gone have no device's line (each device is let go with its last client)
-# and whole totals, last, with the 4040 doorbells of two_devices_case's
-# clients; else prints why.
+# devices_let_go_why BLOCK: one SIGUSR1's stats, once every client has gone,
+# have no device's line (each is let go with its last client) and whole
+# totals, last, with two_devices_case's 4040 doorbells; else prints why.
 devices_let_go_why() {
 	local line
 	if line=$(grep -m 1 '^stats device=' <<<"$1"); then
@@ -630,10 +603,9 @@ devices_let_go_why() {
 		{ echo "the last line is not the totals, or not whole, or counts no 4040 doorbells"; return 1; }
 }
 
-# device_gone T DEL NETDEV: T passes if the delete (pid DEL) of RDMA_DEV2
-# ends in 10 s, with the server running if one is; then the device is made
-# again (on NETDEV) for what comes after. A delete still waiting is let end
-# by the server's end.
+# device_gone T DEL NETDEV: T passes if the delete (pid DEL) of RDMA_DEV2 ends
+# in 10 s, with the server running if one is (a delete still waiting is let end
+# by the server's end); then the device is made again on NETDEV.
 device_gone() {
 	local why='' status=0
 	wait_until "$2" 10 false || true
@@ -652,11 +624,10 @@ device_gone() {
 
 # rdma link delete of a device: the kernel's CM tells each connection on it
 # (RDMA_CM_EVENT_DEVICE_REMOVAL), and the server closes those, serves the
-# other device's clients on, and lets the device go with its last client:
-# the delete ends while the server runs. So does the delete of a device
-# whose clients have all gone, and a client through it made again is
-# served. A server listening on the device (-a) says so and ends. (Before:
-# the server ended at the first delete.)
+# other device's clients on, and lets the device go with its last client: the
+# delete ends while the server runs.  So does the delete of a device whose
+# clients have all gone, and a client through it made again is served.  A
+# server listening on the device (-a) says so and ends.
 test_device_removed() {
 	local s=$1 t=$1/device_removed netdev stays gone qp del status=0
 	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (SOFT_ROCE_DEVICES=2)"; return; }
@@ -708,9 +679,8 @@ two_devices_case() {
 	device_clients "$t/second_first" first "$RDMA_ADDR_DEV2" "$RDMA_ADDR"
 	device_clients "$t/one_after_other" turn "$RDMA_ADDR" "$RDMA_ADDR_DEV2"
 	# Long enough to overlap, into slices with a slot for every write (a
-	# server slowed by two may read a slot only once its client has
-	# lapped). A QP number is its device's own: the two QPs may have one,
-	# and the server's lines of the two cannot be told apart by it.
+	# server slowed by two may read a slot only once its client lapped).
+	# A QP number is per device: the two's server lines may share one.
 	run_client once1 "$server_port" "$RDMA_ADDR" 81920 -n 20000 -k 10 &
 	p1=$!
 	run_client once2 "$server_port" "$RDMA_ADDR_DEV2" 81920 -n 20000 -k 10 &
@@ -718,9 +688,8 @@ two_devices_case() {
 	wait "$p1" || s1=$?
 	wait "$p2" || s2=$?
 	# The stats first: the server prints a doorbell's verdict as it counts
-	# it, which may be after the client has ended (its NIC acked the ring).
-	# Asked again for up to 10 s while a connection of the clients before
-	# is still closing.
+	# it, maybe after the client has ended (its NIC acked the ring); asked
+	# again while a connection of the clients before is still closing.
 	answer=$(stats_idle devices_let_go_why)
 	why=$(devices_let_go_why "$answer") || why+=": [$(tr '\n' '|' <<<"$answer")]"
 	pass_unless "$t/devices_let_go" "$why"
@@ -736,9 +705,8 @@ two_devices_case() {
 	stop_server || true
 }
 
-# A server serves every RDMA device of its machine, each with a pool of
-# its own: clients through the second device (RDMA_ADDR_DEV2) as through
-# the first, plain and with isolation.
+# A server serves every RDMA device, each with a pool of its own: clients
+# through the second (RDMA_ADDR_DEV2) as the first, plain and with isolation.
 test_two_devices() {
 	local s=$1 t=$1/two_devices
 	[ -n "${RDMA_DEV2:-}" ] ||
@@ -747,29 +715,25 @@ test_two_devices() {
 	two_devices_case "$t/isolation_mr" "$s" --isolation mr
 }
 
-# Isolation. Without it every client holds the pool MR's rkey: a client can
-# write into its neighbour's slice, and past the end of its own, and the
-# test shows that it does. With --isolation mr each client's key is a
-# region's over its own slice: the same writes fail with
-# IBV_WC_REM_ACCESS_ERR and the neighbour's data stays as it was.
+# Isolation.  Without it every client holds the pool MR's rkey, and can (the
+# test shows it) write into its neighbour's slice and past the end of its own.
+# With --isolation mr each client's key is a region's over its own slice: the
+# same writes fail (IBV_WC_REM_ACCESS_ERR), the neighbour's data unchanged.
 test_isolation() {
 	local s=$1 mode=$2 t=$1/isolation_$2 owner want_write want_value pool mrs keys
 	own_server "$t" "$s" --isolation "$mode" || return 0
 	# The owner writes 1025 into slot 0 (of 1024) of the first slice and,
 	# once the others have tried, rings doorbell 1025: the server reports
-	# what slot 0 holds. Last it tries to read it back, which nothing in
-	# the pool allows.
+	# what slot 0 holds.  Last a read, which nothing in the pool allows.
 	rm -f "$work/go"
 	peer_bg owner "$server_port" req:4096 write:0:1025 "wait:$work/go" ring:1025 read:0
 	await_line "$work/owner.out" '^write off=0 status=' 20 || true # expect_lines says
-	# The intruder's slice comes right after it: its offset -4096 is the
-	# owner's slot 0.  2049 is 1025 one lap later: a doorbell that finds it
-	# says "lapped", no error.
+	# The intruder's slice follows: offset -4096 is the owner's slot 0.
+	# 2049 is 1025 a lap on: a doorbell finding it says "lapped", no error.
 	peer_steps intruder "$server_port" req:4096 write:-4096:2049 || true
 	# A 4-byte write whose last byte lies one past the end of the slice.
 	peer_steps overrun "$server_port" req:4096 write:4093:1 || true
-	# What the kernel holds for the server while the owner holds a slice
-	# (the device is let go with its last client).
+	# The server's regions, taken while the owner's slice holds the device.
 	mrs=$(rdma resource show mr 2>/dev/null | grep " pid $server_pid " || true)
 	touch "$work/go"
 	wait "$peer_pid" || true
@@ -822,12 +786,11 @@ test_isolation() {
 	test_sigint "$t"
 }
 
-# --isolation mr as an ordinary user, whose locked memory is limited
-# (ulimit -l): the pool has no region of its own, so only the granted
-# slices are pinned, once. With a limit of 2 MiB a 1 MiB slice is granted;
-# a second one would pass the limit, and the server says that this, not a
-# full pool, is why it denies it (ENOMEM, the only status the protocol has
-# for "no memory").
+# --isolation mr as an ordinary user, under ulimit -l: the pool has no region
+# of its own, so only the granted slices are pinned, once.  At 2 MiB a 1 MiB
+# slice is granted; a second would pass the limit, and the server says that
+# this, not a full pool, is why it denies it (ENOMEM, the protocol's only
+# status for "no memory").
 test_isolation_unprivileged() {
 	local s=$1 t=$1/isolation_mr/unprivileged
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
