@@ -25,10 +25,9 @@ test_client_modes() {
 }
 
 # A window deeper than the slice: with -w 4 -k 512 up to 2048 writes are in
-# flight over 1024 slots, so the client can lap its slice and overwrite a
-# doorbell's slot before the server reads it. SIGSTOP for a second makes the
-# server lag behind its NIC, which goes on taking writes and doorbells. The
-# server must then say "lapped" for the overwritten slots, never "MISMATCH".
+# flight over 1024 slots, so the client can overwrite a doorbell's slot before
+# the server reads it; SIGSTOP stops the server a second, not its NIC.  The
+# server must then say "lapped" for those slots, never "MISMATCH".
 test_lapping() {
 	local t=$1/lapping port=$2 status=0 grant qp lines counts pid
 	run_client lap "$port" "$RDMA_ADDR" 4096 -n 200000 -k 512 -w 4 --quiet &
@@ -98,16 +97,15 @@ latency_row_missing() {
 	done
 }
 
-# A smoke run of make bench (scripts/bench.sh --smoke), so that the
-# benchmark cannot rot: a few hundred writes at K = 16 through every
-# measurement, and up to 4 clients at once against each server. bench.sh
-# itself fails if any doorbell came out of order or wrong; here every
-# number it reports must be there and positive. Two run at once, into one
-# folder: one waits for the other (one bench at a time on a machine), both
-# pass, and the folder is one run's, whole. In the second, perftest's first
-# server ends at once, as a peer's hiccup would: the pair is started again.
-# The timeouts only stop a hang (measured in the VM on 6.1: 195 s, 1048 s with
-# two more VMs beside it) and count a wait for the other: either may lock first.
+# make bench's smoke run (bench.sh --smoke), so that it cannot rot: a few
+# hundred writes at K = 16 through every measurement, up to 4 clients at once
+# against each server.  bench.sh fails on a doorbell out of order or wrong;
+# here every number it reports must be there and positive.  Two run at once
+# into one folder: one waits (one bench per machine), both pass, and the
+# folder is one run's, whole.  In the second, perftest's first server ends at
+# once, as a peer's hiccup would: the pair is started again.  The timeouts
+# only stop a hang (in the VM on 6.1: 195 s, 1048 s beside two more VMs) and
+# count a wait for the other: either may lock first.
 test_bench_smoke() {
 	local t=bench_smoke dir=$work/bench status=0 status2=0 why='' missing idle pid png
 	mkdir -p "$work/flaky"
@@ -151,8 +149,7 @@ test_bench_smoke() {
 		why="no line that holds the default busy-poll budget to its targets, in results.md"
 	elif idle=$(sed -n 's/^Targets, .* idle \([0-9.]*\)% .*/\1/p' "$dir/results.md") &&
 		! awk -v i="$idle" 'BEGIN { exit !(i < 10) }'; then
-		# Measured: 0.2 to 0.3%; a server that never fell asleep would use
-		# a whole core.
+		# Measured 0.2 to 0.3%; never asleep, it would use a whole core.
 		why="rdma_srq_pool_server_ev with its default busy-poll budget used $idle% of a core while idle: it does not fall asleep"
 	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev( --busy-poll-us 0)?) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 3 ]; then
 		why="not 3 CPU rows (the tick loop, the event-driven server plain and hybrid) in results.md"
@@ -186,10 +183,9 @@ test_bench_interrupted() {
 	pass_unless "$t" "$why"
 }
 
-# grants_disjoint FILE N: FILE has N grants, and none overlaps a slice
-# whose QP has no destroy line yet, as that QP could still complete a write the NIC was already
-# placing among it (a disconnect line is not enough: the QP is then only
-# in the error state).
+# grants_disjoint FILE N: FILE has N grants, and none overlaps a slice whose
+# QP has no destroy line yet: that QP could still complete a write the NIC was
+# placing there (a disconnect is not enough: that leaves it in the error state).
 grants_disjoint() {
 	local -A lo=() hi=()
 	local kind qp addr size q grants=0
@@ -212,8 +208,7 @@ grants_disjoint() {
 }
 
 # Eight clients at once, asking different sizes: each is granted its own
-# chunk-rounded slice, overlapping no slice held at the same time, and sees
-# all its doorbells.
+# chunk-rounded slice, overlapping none held with it, and sees every doorbell.
 test_eight_clients() {
 	local t=$1/eight_clients port=$2 i pids=() why='' start
 	local sizes=(4096 10000 1 8192 20000 4097 65536 12288)

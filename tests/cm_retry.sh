@@ -1,13 +1,8 @@
 # shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
 # Where rdma_connect()'s and rdma_accept()'s retry counts end up, measured
-# by tests/cm_probe on the real device: the programs' comments and the
-# README teach what this finds.  Sourced by e2e.sh after lib.sh; run once.
-#
-# What was measured (Linux 6.1, rxe), and is asserted here, is explained in
-# docs/retry-counts.md: rnr_retry crosses over (each side's value is how
-# often the *other* NIC retries), retry_cnt comes from the REQ alone,
-# rdma_accept()'s retry_count is not used, the ACK timeout reaches the
-# active QP only, and min_rnr_timer is 0 on both.
+# by tests/cm_probe on the real device: docs/retry-counts.md explains it (Linux
+# 6.1, rxe), and the programs' comments and the README teach it.  Sourced by
+# e2e.sh after lib.sh; run once.
 
 # test_cm_probe_case CONNECT_RETRY CONNECT_RNR ACCEPT_RETRY ACCEPT_RNR ACK
 test_cm_probe_case() {

@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
-# End-to-end tests of the three programs on a real Soft-RoCE device.  Run
-# it through scripts/soft-roce.sh, which brings the device up (on this
-# machine or in a VM) and sets RDMA_ADDR to the address clients connect to
-# (with SOFT_ROCE_DEVICES=2, also RDMA_DEV2 and RDMA_ADDR_DEV2: a second
-# device, for test_two_devices).  First lib.sh's helpers and the machine
-# itself, once (make doctor, and where rdma_cm puts each side's retry
-# counts); then every test against each of the two servers.  Reports in
-# TAP (tests/report-lib.sh), without the plan: it is part of the e2e
-# stage, whose plan tests/host-mode.sh gives.
+# End-to-end tests of the three programs on a real Soft-RoCE device.  Run it
+# through scripts/soft-roce.sh, which brings the device up (here or in a VM)
+# and sets RDMA_ADDR and RDMA_DEV (SOFT_ROCE_DEVICES=2: a second device, for
+# test_two_devices).  Reports in TAP (tests/report-lib.sh), without the plan:
+# it is part of the e2e stage, whose plan tests/host-mode.sh gives.
 set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"

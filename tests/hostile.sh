@@ -3,9 +3,8 @@
 # client's key, or a reader that stalls the server's output: each must cost
 # the server nothing lasting. Sourced by e2e.sh after lib.sh and robust.sh.
 
-# server_end T [NAME [PID...]]: every place and chunk back (T/NAME, by
-# default T/nothing_lost), the peers PID then ended, and the server exits
-# 0 on SIGINT.
+# server_end T [NAME [PID...]]: every place and chunk back (T/NAME, default
+# T/nothing_lost), the peers PID then ended, and the server exits 0 on SIGINT.
 server_end() {
 	expect_stats "$1/${2:-nothing_lost}"
 	[ $# -lt 3 ] || end_jobs "${@:3}"
@@ -22,9 +21,8 @@ granted_qp() {
 }
 
 # A peer that never sends the handshake's last message (RTU) holds a place
-# until the kernel's CM gives up resending its reply, a minute or more.
-# With --max-conns 1, the server must close it after
-# --handshake-timeout-ms and then serve an ordinary client.
+# until the kernel's CM gives up resending its reply, a minute or more: with
+# --max-conns 1 it must be closed after --handshake-timeout-ms, the next served.
 test_handshake_deadline() {
 	local s=$1 t=$1/handshake_deadline
 	own_server "$t" "$s" --max-conns 1 --handshake-timeout-ms 1500 || return 0
@@ -75,12 +73,11 @@ other_address_served() {
 # qps_of PID: how many RC QPs the kernel lists for process PID.
 qps_of() { rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || true; }
 
-# One address could hold every place: connections that ask for a slice
-# and stay, or half-open ones, each closed at its deadline and opened again
-# at once. It may hold --conns-per-source places, by default half of
-# --max-conns: with --max-conns 4, an established peer and a half-open one
-# from one address, and the next from there is refused; a client from
-# another address is served (before, the third got in).
+# One address could hold every place (connections that ask for a slice and
+# stay, or half-open ones reopened as each deadline closes them).  It may hold
+# --conns-per-source places, by default half of --max-conns: with --max-conns
+# 4, an established and a half-open peer from one address, and the next from
+# there is refused; a client from another address is served.
 test_source_limits() {
 	local s=$1 t=$1/source_limits pids=() i
 	second_address "$t" || return 0
@@ -170,11 +167,10 @@ test_broken_qp() {
 	server_end "$t" place_freed "$peer_pid"
 }
 
-# Under --isolation mr a client's key opens its own slice only, but a key
-# can be guessed (rxe draws 8 bits of it at random): a wrong one breaks the
-# guesser's QP. Four guessers from one address, each writing just past its
-# slice, and the fifth connection from that address is refused for a
-# minute; a client from another address is served.
+# Under --isolation mr a client's key opens its own slice only, but can be
+# guessed (rxe draws 8 bits of it at random): a wrong one breaks the guesser's
+# QP.  After four guessers from one address, each writing just past its slice,
+# the next from there is refused for a minute; one from elsewhere is served.
 test_key_guesses() {
 	local s=$1 t=$1/key_guesses i wrong=''
 	second_address "$t" || return 0
@@ -228,12 +224,10 @@ test_guesses_at_once() {
 }
 
 # A SEND WITH INVALIDATE naming a neighbour's key while the neighbour
-# streams. Under --isolation mr the key is a region's from ibv_reg_mr(),
+# streams.  Under --isolation mr the key is a region's from ibv_reg_mr(),
 # which rxe does not let a peer invalidate (seen on 6.1 and 6.12): the
-# attacker's receive fails and it is closed, and the victim's stream runs
-# to its end.
-# A slice of 1 MiB, 262144 slots: the server would have to fall 262
-# doorbells behind to find one lapped.
+# attacker's receive fails and it is closed, and the victim streams to its
+# end (1 MiB, 262144 slots: lapped only if the server is 262 doorbells behind).
 test_invalidate() {
 	local s=$1 t=$1/invalidate n=1000000 rkey victim seen status=0 why
 	own_server "$t" "$s" --isolation mr || return 0
@@ -288,11 +282,10 @@ server_into_fifo() {
 	return 1
 }
 
-# stats_flood: SIGUSR1 to the server, a stats line each it reads (signals
-# sent faster are one), until what its write()s took (wchar) has not grown
-# for 2 s: its output is full (a pipe holds 64 KiB, a pty about 12 KiB),
-# or it is blocked; false if it still grew after 30 s. Its doorbell lines
-# are too few to fill it (10 a second).
+# stats_flood: SIGUSR1 to the server (a stats line each it reads; signals
+# sent faster are one) until what its write()s took (wchar) has not grown for
+# 2 s: its output is full (a pipe holds 64 KiB, a pty about 12 KiB; doorbell
+# lines, 10 a second, are too few) or blocked; false if still growing at 30 s.
 stats_flood() {
 	local end=$((SECONDS + 30)) k v wrote=0 last=-1 since=$SECONDS
 	while ((SECONDS < end)) && kill -USR1 "$server_pid" 2>/dev/null; do
@@ -331,10 +324,9 @@ test_output_stalled() {
 	end_jobs "$reader_pid"
 }
 
-# The same on a terminal whose reader stopped (a hung ssh session):
-# script(1) runs the server on a pty, and is stopped. poll() says a
-# terminal can take more while it has any room, and a write() that needs
-# more sleeps until it comes, unless the file is non-blocking.
+# The same on a terminal whose reader stopped (a hung ssh session): a stopped
+# script(1) holds the server's pty.  poll() says a terminal can take more while
+# it has any room, and a write() that needs more sleeps unless non-blocking.
 test_tty_stalled() {
 	local s=$1 t=$1/tty_stalled status=0 script_pid i
 	rm -f "$work"/*.out "$work"/*.err
@@ -366,8 +358,7 @@ test_tty_stalled() {
 }
 
 # The reader of the server's stdout goes away: SIGPIPE would end the server
-# without its teardown. It must stop by itself, with no signal, say why,
-# and exit 1.
+# without its teardown.  It must stop by itself (no signal), say why, exit 1.
 test_output_gone() {
 	local s=$1 t=$1/output_gone status=0
 	server_into_fifo "$t" "$s" 'head -n 1' || return 0
@@ -384,11 +375,10 @@ test_output_gone() {
 	fi
 }
 
-# A peer that rings doorbells whose slots never match (it writes nothing):
-# 4000 of them, into a slice, or with none (a doorbell of no bytes needs
-# no key). The server says at most 10 a second, on stdout and the
-# MISMATCHes on stderr, and counts the rest ("N more, not printed"), every
-# one accounted for, none ok.
+# mismatch_flood_case T SERVER [req:SIZE]: a peer rings 4000 doorbells whose
+# slots never match (it writes nothing), into a slice or with none (a doorbell
+# of no bytes needs no key).  The server says at most 10 a second, on stdout
+# and the MISMATCHes on stderr, and counts the rest: all accounted for, none ok.
 mismatch_flood_case() {
 	local t=$1 n=4000 said counted shown held start elapsed
 	own_server "$t" "$2" || return 0
@@ -412,9 +402,8 @@ mismatch_flood_case() {
 	fi
 }
 
-# Nobody reads the server's stdout or its stderr (one pipe), full, and a
-# peer rings MISMATCH doorbells: the server must still serve the next
-# client, and stop on SIGINT.
+# Nobody reads the server's stdout and stderr (one pipe, full) while a peer
+# rings MISMATCH doorbells: it must still serve the next client, stop on SIGINT.
 test_stderr_stalled() {
 	local s=$1 t=$1/stderr_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' --stderr-too || return 0

@@ -26,10 +26,9 @@ on_fail() {
 # (stderr away: bash reports a job killed by a signal).
 end_jobs() { kill "$@" 2>/dev/null || true; { wait "$@" || true; } 2>/dev/null; }
 
-# test_lib: the helpers see what a long server log holds: a line found
-# early, with much after it, is found (no test of the programs).
+# test_lib: the helpers find a line early in a long server log, with much
+# after it (no test of the programs, and no server for slice_back to show).
 test_lib() {
-	# (No server: slice_back has no process to show when it fails.)
 	local grant='grant qp=0x460 addr=0x1000 rkey=0x3b4 size=8192' server_pid=
 	printf '%s\n' "$grant" 'disconnect qp=0x460' \
 		'destroy qp=0x460 after_ms=2255 ended_by=timer freed=8192' >"$work/server.out"
@@ -157,7 +156,7 @@ check_session() {
 	[ -n "$grant" ] || { echo "no 'granted ... size=$granted' from the client, or no grant of its slice from the server"; return 1; }
 	qp=$(echo "$grant" | cut -d' ' -f2)
 
-	# The doorbells a client rings for N writes, one every K: K, 2K, ... and N.
+	# The doorbells rung for N writes, one every K: K, 2K, ... and N.
 	mapfile -t seqs < <(seq "$k" "$k" "$n"; if ((n % k)); then echo "$n"; fi)
 	want=$(printf 'doorbell seq=%s completed\n' "${seqs[@]}")
 	got=$(grep '^doorbell ' "$out" || true)
@@ -216,8 +215,7 @@ slice_back() {
 	local qp i
 	qp=$(echo "$1" | cut -d' ' -f2)
 	for ((i = 0; i < 100; i++)); do
-		# Not grep -q: as in session, a reader that quits early fails
-		# the test (seen after the load test's 32 clients).
+		# Not grep -q (see session; seen failing after test_load).
 		since "$1" | grep -E "^destroy $qp after_ms=[0-9]+ ended_by=(last_wqe|timer) freed=$2\$" >/dev/null &&
 			return 0
 		sleep 0.1
