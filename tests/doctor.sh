@@ -9,8 +9,7 @@ DOCTOR_CHECKS=('kernel module rdma_rxe' 'RDMA device' 'link state' 'ibv_devinfo'
 	'IPv4 address' 'rdma_cm device node' 'uverbs device node' 'memlock' 'rping')
 doctor_need_kib='' # what the doctor says the server pins, once it has said
 
-# doctor_run NAME [CMD...]: doctor.sh (through CMD, if given), its output
-# in $work/NAME.out; returns its exit status.
+# doctor_run NAME [CMD...]: doctor.sh (through CMD, if any) into $work/NAME.out.
 doctor_run() { "${@:2}" timeout 120 "$doctor" >"$work/$1.out" 2>"$work/$1.err"; }
 
 # Every check ok, in order, and the address it found is one the tests

@@ -44,9 +44,8 @@ test_lib() {
 
 cleanup() { [ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true; rm -rf "$work" "${open_top:-}"; }
 
-# open_copy: sets open_top to a copy of the programs and scripts that any
-# user can read and run.  The tests that run one as nobody run it from
-# there: a clone under /root (mode 700) is closed to other users.
+# open_copy: sets open_top to a copy of the programs and scripts any user can
+# run, for the tests run as nobody: a clone under /root (mode 700) is not.
 open_copy() {
 	[ -z "${open_top:-}" ] || return 0
 	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
@@ -191,9 +190,8 @@ expect_served() {
 	fi
 }
 
-# expect_shutdown NAME STATUS: the server, stopped by SIGINT, exited
-# STATUS 0, its last line is its shutdown line with nothing in use or lost,
-# and it wrote no error.
+# expect_shutdown NAME STATUS: the server exited STATUS 0 after SIGINT, its
+# last line a shutdown line with nothing in use or lost, and no error written.
 expect_shutdown() {
 	local last why=''
 	last=$(tail -n 1 "$work/server.out" 2>/dev/null || true)

@@ -312,8 +312,6 @@ test_cycles() {
 		grants_disjoint "$work/cycles" 200
 }
 
-# ---- tests that need a server of their own ---------------------------------
-
 # own_server T PROGRAM [OPTIONS...]: start_server, or T fails saying what
 # the server said, and false (callers return 0: e2e.sh runs under set -e).
 own_server() {
@@ -477,7 +475,6 @@ test_load() {
 	stop_server || true
 	[ -n "$bad" ] || [[ $line =~ \ doorbells=$want\  ]] || bad="the server counted no $want doorbells: '$line'"
 	[ -n "$bad" ] || stats_whole "$line" || bad="something was left in use or lost: '$line'"
-	# The longest doorbell round trip, in ms, that any client saw.
 	slowest=$(sed -n 's/^rtt .* max_us=\([0-9]*\).*/\1/p' "$work"/l*.out |
 		sort -n | tail -n 1 | awk '{ printf "%.0f", $1 / 1000 }') || true
 	pass_unless "$t (slowest doorbell $slowest ms)" "$bad"

@@ -100,7 +100,6 @@ compare() {
 		"the shared functions come in another order: $(diff "$out/tick.shared" "$out/ev.shared" | grep '^[<>]' | tr '\n' ' ')" \
 		cmp -s "$out/tick.shared" "$out/ev.shared"
 
-	# Each file's own functions: none in the tick's, OWN_EV in the ev's.
 	own=$(grep -Fvxf "$out/ev/.order" "$out/tick/.order" | tr '\n' ' ' || true)
 	own_ev=$(grep -Fvxf "$out/tick/.order" "$out/ev/.order" | sort | tr '\n' ' ' || true)
 	why=''
