@@ -192,28 +192,18 @@ ours() {
 	} | sed 's/^ *//' | awk '!seen[$1]++' || true
 }
 
-# test_interrupt NAME SIGNAL group|harness [dead-stderr]: a run of
-# soft-roce.sh that gets SIGNAL mid-stream, sent to its whole process group
-# (Ctrl-C in its terminal: the harness alone, its command runs in a
-# session of its own) or to the harness alone (kill, or a closed
-# terminal's SIGHUP): every process of the run must be gone, then the
-# device, its interface and the modules, and the harness must end by that
-# signal.  With dead-stderr, its stderr is a pipe whose reader is gone
-# when the signal comes (a dead tee; a closed terminal fails writes too).
+# test_interrupt NAME SIGNAL group|harness [dead-stderr]: soft-roce.sh gets
+# SIGNAL mid-stream, as Ctrl-C to its group (its command runs in a session
+# of its own) or as kill or a closed terminal's SIGHUP to it alone: it must
+# end by that signal, leaving no process, device, interface or module.
 test_interrupt() {
 	local name=$1 sig=$2 target=$3 dir=$work/${1//\//_} before
 	local harness left why='' want reader='' err=$dir/log
 	mkdir "$dir"
 	before=$(machine_state)
-	if [ "${4:-}" = dead-stderr ]; then
-		mkfifo "$dir/stderr"
-		cat "$dir/stderr" >"$dir/err" &
-		reader=$!
-		err=$dir/stderr
-	fi
-	# The signal's default action: under nohup, make test would inherit
-	# SIGHUP ignored.  Both appending: stdout and stderr may open one file
-	# twice, and each open would write from its start over the other.
+	[ "${4:-}" != dead-stderr ] || { dead_stderr "$dir/err"; err=$dir/err.fifo; }
+	# Both appending: stdout and stderr may open one file twice, and each
+	# open would write from its start over the other.
 	as_job env --default-signal="$sig" "$top/scripts/soft-roce.sh" "$work/long-run.sh" \
 		"$dir" "$top" >>"$dir/log" 2>>"$err"
 	harness=$!
@@ -221,7 +211,7 @@ test_interrupt() {
 		signal_job "$harness" alone TERM 20 || true
 		why="the client never streamed"
 	else
-		[ -z "$reader" ] || { kill "$reader" 2>/dev/null; wait "$reader" 2>/dev/null; } || true
+		end_reader
 		signal_job "$harness" "$target" "$sig" 20 || why="the harness still runs 20 s after SIG$sig"
 	fi
 	want=$((128 + $(kill -l "$sig")))
@@ -338,23 +328,21 @@ test_overlapping_runs() {
 # interfaces and the modules it made, and its folder; and it must end by
 # SIGINT.  (Its background jobs run with SIGINT ignored.)
 test_stopped() {
-	local t=stopped/$1 dir=$work/stopped-$1 stage before below='' why=''
+	local t=stopped/$1 dir=$work/stopped-$1 stage before pids=() why=''
 	mkdir "$dir"
 	before=$(machine_state)
 	HOST_MODE_TESTS=$2 TMPDIR=$dir as_job env --default-signal=INT "$top/tests/host-mode.sh" \
 		>"$dir/log" 2>&1
 	stage=$!
 	wait_until "$stage" 90 in_stage "$dir" "$3" || why="never got to '$3'"
-	below=$(descendants "$stage")
+	mapfile -t pids < <(descendants "$stage")
 	signal_job "$stage" group INT 30 || why=${why:-"it still ran 30 s after SIGINT"}
 	[ -n "$why" ] || [ "$job_status" = 130 ] || why="it exited $job_status, not by SIGINT (130)"
 	sleep 1
-	# shellcheck disable=SC2086 # PIDs, one word each
-	below=$(alive $below)
-	[ -n "$why" ] || [ -z "$below" ] ||
-		why="still running: $(ps -o args= -p "${below//$'\n'/,}" | tr '\n' '|' || true)"
-	# shellcheck disable=SC2086 # the next test starts clean
-	stop_all 10 alive $below
+	mapfile -t pids < <(alive "${pids[@]}")
+	[ -n "$why" ] || [ "${#pids[@]}" = 0 ] ||
+		why="still running: $(ps -o args= -p "${pids[*]}" | tr '\n' '|' || true)"
+	stop_all 10 alive "${pids[@]}" # the next test starts clean
 	[ -n "$why" ] || why=$(left_behind "$before")
 	[ -n "$why" ] || [ -z "$(find "$dir" -mindepth 1 ! -name log)" ] ||
 		why="left in its TMPDIR: $(find "$dir" -mindepth 1 -maxdepth 1 ! -name log | tr '\n' ' ')"
@@ -486,14 +474,14 @@ test_no_free_address() {
 # and server, of make demo's processes: two programs of the same names,
 # another run's stand-ins, must outlive the test.
 test_demo_client_dies() {
-	local dir=$work/dies before status=0 left why='' k pid others server
+	local dir=$work/dies before status=0 left why='' k pid others=() server=()
 	mkdir -p "$dir/tmp"
 	mkfifo "$dir/keys"
 	before=$(machine_state)
 	(exec -a "$top/rdma_pool_client" sleep 300) &
-	others=$!
+	others+=($!)
 	(exec -a "$top/rdma_srq_pool_server_ev" sleep 300) &
-	others+=" $!"
+	others+=($!)
 	DEMO_STEP=1 TMPDIR=$dir/tmp make -s -C "$top" demo SANITIZE="${SANITIZE:-}" \
 		<"$dir/keys" >"$dir/log" 2>&1 &
 	pid=$!
@@ -503,40 +491,29 @@ test_demo_client_dies() {
 	echo >&"$k" # past the view before the client
 	wait_until "$pid" 60 grep -q '^== the kernel, once the client holds' "$dir/log" || true
 	sleep 2 # the view's rows, then the demo waits for a key
-	server=$(run_pids "$pid" rdma_srq_pool_server_ev)
+	# make demo's own, by argv[0]:
+	mapfile -t server < <(below "$pid" '^ *[0-9]+ [^ ]*/rdma_srq_pool_server_ev( |$)' | awk '{ print $1 }')
 	# shellcheck disable=SC2046 # PIDs
-	kill -KILL $(run_pids "$pid" rdma_pool_client) 2>/dev/null || why="no client to kill; "
+	kill -KILL $(below "$pid" '^ *[0-9]+ [^ ]*/rdma_pool_client( |$)' | awk '{ print $1 }') 2>/dev/null ||
+		why="no client to kill; "
 	echo >&"$k"
 	exec {k}>&-
 	# Up to 30 s for make demo to end: demo.sh's cleanup sends the server
 	# SIGINT without waiting, soft-roce.sh then stops what is left.
 	wait_until "$pid" 30 false || true
-	# shellcheck disable=SC2086 # PIDs
-	left=$(alive $server)
-	[ -n "$server" ] || why+="no server of make demo's; "
+	left=$(alive "${server[@]}")
+	[ "${#server[@]}" -gt 0 ] || why+="no server of make demo's; "
 	# shellcheck disable=SC2086 # PIDs
 	[ -z "$left" ] || { why+="the server outlived make demo; "; kill -KILL $left; }
 	wait "$pid" || status=$?
 	[ "$status" != 0 ] || why+="make demo exited 0; "
-	# shellcheck disable=SC2086 # PIDs
-	[ "$(alive $others | wc -l)" = 2 ] || why+="another run's program of the same name was killed; "
-	# shellcheck disable=SC2086 # PIDs
-	kill $others
+	[ "$(alive "${others[@]}" | wc -l)" = 2 ] || why+="another run's program of the same name was killed; "
+	kill "${others[@]}"
 	left=$(find "$dir/tmp" -mindepth 1 -maxdepth 1)
 	[ -z "$left" ] || why+="left in TMPDIR: $(echo "$left" | tr '\n' ' '); "
 	left=$(left_behind "$before")
 	why+=${left:+$left; }
 	pass_unless demo/client_dies "${why:+$why$(tail -n 3 "$dir/log" | tr '\n' '|')}"
-}
-
-# run_pids PID NAME: the PIDs of the program NAME (its path's last part)
-# among PID's descendants.
-run_pids() {
-	local p arg0
-	for p in $(descendants "$1"); do
-		arg0=$(tr '\0' '\n' 2>/dev/null <"/proc/$p/cmdline" | sed -n 1p) || true
-		[[ $arg0 != */"$2" ]] || echo "$p"
-	done
 }
 
 if [ "$(id -u)" != 0 ] && [ -z "$(machine_ports)" ]; then

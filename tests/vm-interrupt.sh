@@ -28,24 +28,9 @@ on_signal() {
 }
 stop_on_signals on_signal
 
-# below PID REGEX: "PID ARGS" of each process below PID (not another
-# run's) whose command line matches REGEX; false if none does.
-below() {
-	local pids
-	pids=$(descendants "$1" | paste -sd,)
-	ps -o pid=,args= -p "${pids:-0}" 2>/dev/null |
-		awk -v re="$2" '$0 ~ re { print; n++ } END { exit !n }'
-}
-
 # vm_below PID: the folder of a VM that runs below PID (vm-pair.sh's two
 # have theirs, server and client, in one), once its qemu does.
-vm_below() {
-	local job
-	job=$(below "$1" ' vm_job=' | sed -n 's/.* vm_job=\([^ ]*\).*/\1/p') || return 1
-	job=${job%%$'\n'*}
-	job=${job%/server}
-	echo "${job%/client}"
-}
+vm_below() { below "$1" ' vm_job=' | sed -En '1{s/.* vm_job=([^ ]*).*/\1/; s,/(server|client)$,,; p}'; }
 
 # qemus JOB: the qemus of the VMs in folder JOB (or JOB/server and
 # JOB/client), and their timeout(1); JOB is matched as is, not as a pattern.
@@ -57,21 +42,13 @@ qemus() {
 # test_vm_interrupt SCRIPT NAME SIGNAL group|alone [ARGS...]: SCRIPT
 # (vm-run or vm-pair, ARGS "sleep 600", the command of its VMs; or wire)
 # gets SIGNAL once its VMs run.  A NAME that ends in _dead_stderr has its
-# stderr a pipe whose reader is gone when the signal comes (a dead tee; a
-# closed terminal fails writes too).
+# stderr dead (dead_stderr) when the signal comes.
 test_vm_interrupt() {
 	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 job='' run
 	local why='' want log=$out/$1-$2.log err=$out/$1-$2.log.err results reader=''
 	shift 4
 	results=$(stat -c %i "$top/wire-results" 2>/dev/null || true)
-	if [[ $name == *_dead_stderr ]]; then
-		err=$log.fifo
-		mkfifo "$err"
-		cat "$err" >"$log.err" &
-		reader=$!
-	fi
-	# The signal's default action: a script cannot trap a signal it
-	# inherits ignored, and under nohup make test would inherit SIGHUP ignored.
+	[[ $name != *_dead_stderr ]] || { dead_stderr "$err"; err=$err.fifo; }
 	as_job env --default-signal="$sig" "$top/scripts/$script.sh" "$@" >"$log" 2>"$err"
 	run=$!
 	# Until its own VM runs (not another run's): its folder, from the look
@@ -79,7 +56,7 @@ test_vm_interrupt() {
 	wait_until "$run" 60 vm_below "$run" >"$log.job" || true
 	job=$(cat "$log.job")
 	[ -z "$job" ] || sleep 2 # into the guest's boot
-	[ -z "$reader" ] || { kill "$reader" && wait "$reader"; } 2>/dev/null || true
+	end_reader
 	want=$((128 + $(kill -l "$sig")))
 	if [ -z "$job" ]; then
 		# SIGTERM first, so that its EXIT trap removes its folders.
