@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
-# The end-to-end stage of make test, run the way a learner runs it on a
-# machine whose kernel has rdma_rxe: nothing is set up beforehand.  First
-# `make demo`, then the end-to-end tests (tests/e2e.sh), each through
-# scripts/soft-roce.sh, which must choose host mode by itself (its own
-# interface, or an RDMA device that was already there) and leave behind no
-# rdma link, no interface and no module that was not there before.
-#
-# It runs here if this machine can do that (an RDMA device, or rdma_rxe
-# in its kernel, installed first where a package of this system adds it,
-# as make demo does), else in a VM whose kernel can (scripts/vm-run.sh),
-# which then stands in for such a machine, saying why.  Reports in TAP
-# (tests/report-lib.sh), e2e.sh's tests among its own.
+# The end-to-end stage of make test, run as a learner runs it on a machine
+# whose kernel has rdma_rxe, with nothing set up beforehand: `make demo`,
+# then the end-to-end tests (tests/e2e.sh), each through soft-roce.sh, which
+# must choose host mode by itself and leave behind no rdma link, interface
+# or module that was not there before.  Where this machine has no RDMA
+# device and no rdma_rxe (installed first where a package of this system
+# adds it, as make demo does), a VM stands in for one (scripts/vm-run.sh),
+# saying why.  Reports in TAP, e2e.sh's tests among its own.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,9 +42,8 @@ on_signal() {
 stop_on_signals on_signal
 
 # machine_state [devices|modules]: what the harness may create, and must
-# remove again: its rdma links and interfaces (rxe_demo<PID>, rxe_dem2<PID>,
-# rxe_chrn<PID>; another run's, whose PID runs and not below this one, as
-# "another run's ..."), and the modules it loads.
+# remove again: its rdma links and interfaces (another run's, whose PID
+# runs and not below this one, as "another run's ..."), and its modules.
 machine_state() {
 	local kind name mine m
 	mine=" $$ $(descendants $$ | paste -sd' ') "
@@ -162,8 +157,7 @@ left_behind() {
 }
 
 # The interrupted run: a server, and a client that streams longer than the
-# test waits, under timeout(1) as the stage scripts run theirs (it takes a
-# process group of its own, which a Ctrl-C to the terminal never reaches).
+# test waits, under timeout(1) as stage scripts run theirs (see stop_session).
 cat >"$work/long-run.sh" <<'EOF'
 #!/usr/bin/env bash
 dir=$1 top=$2
@@ -294,9 +288,8 @@ test_overlapping_runs() {
 	first=$!
 	wait_until "$first" 60 test -e "$dir/up" ||
 		why="the first run did not come up: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
-	# The second run's programs start once the first has ended (and
-	# removed the modules it loaded that no device needs): they must find
-	# all they need.
+	# The second's programs start once the first has ended and removed the
+	# modules it loaded that no device needs: they must find all they need.
 	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" "$dir/go" >"$dir/log" 2>&1 &
 	second=$!
 	wait_until "$second" 60 grep -qs '^soft-roce: mode' "$dir/log" || true
@@ -322,11 +315,9 @@ test_overlapping_runs() {
 	pass_unless "$t" "$why"
 }
 
-# test_stopped NAME TEST READY: Ctrl-C to this stage itself while it runs
-# TEST alone, once READY (a line of shell, in the stage's own folder) is
-# true: every process it started must be gone, with the devices, the
-# interfaces and the modules it made, and its folder; and it must end by
-# SIGINT.  (Its background jobs run with SIGINT ignored.)
+# test_stopped NAME TEST READY: Ctrl-C to this stage while it runs TEST
+# alone, once READY (shell, run in the stage's folder) is true: it must end
+# by SIGINT, leaving no process, device, interface, module or folder of its own.
 test_stopped() {
 	local t=stopped/$1 dir=$work/stopped-$1 stage before pids=() why=''
 	mkdir "$dir"
@@ -349,9 +340,8 @@ test_stopped() {
 	pass_unless "$t" "${why:+$why: $(tail -n 3 "$dir/log" | tr '\n' '|')}"
 }
 
-# This stage beside another run (another make test or make demo as root):
-# that run's device is not this machine's, so the demo makes its own, and
-# the stage's checks of what it leaves count only its own.
+# This stage beside another make test or make demo as root, whose device
+# the demo must not take for the machine's, nor the stage count as its own.
 test_beside_another_run() {
 	local t=beside_another_run dir=$work/beside other status=0 why=''
 	mkdir "$dir"
@@ -392,10 +382,9 @@ modules_restore() {
 	exec {lock}>&-
 }
 
-# Devices and interfaces named as the harness names its own (the first,
-# and the second of SOFT_ROCE_DEVICES=2), left by a run that ended without
-# its cleanup (SIGKILL): the next run says so, removes them and makes its
-# own, rather than taking them for the machine's.
+# Devices and interfaces named as the harness names its own, left by a run
+# that ended without its cleanup (SIGKILL): the next run says so, removes
+# them and makes its own, rather than taking them for the machine's.
 test_leftover() {
 	local log=$work/leftover.log before why='' name i=200 ended names
 	before=$(machine_state devices)
@@ -423,9 +412,8 @@ test_leftover() {
 	modules_restore
 }
 
-# A user who makes root's lock file first and holds its lock (any user
-# could, in /run/lock, mode 1777) must not stall root's runs: they lock
-# where only root can write.
+# A user who makes root's lock file in /run/lock and holds its lock must
+# not stall root's runs (see lock_dir).
 test_lock_not_users() {
 	local lock=/run/lock/rdma-pool-doorbell-soft-roce.lock holder status=0 why=''
 	[ -d /run/lock ] || { mkdir -m 1777 /run/lock && when_finished "rmdir /run/lock"; }
@@ -448,11 +436,10 @@ test_lock_not_users() {
 	pass_unless lock_not_users "$why"
 }
 
-# Every address soft-roce.sh could take is already there: it takes none
-# (two make demo at once took one address before its own_address read
-# ip's list whole), and its last line names that as the cause.  In a
-# network namespace of its own, holding 198.18.0.1 to .254, which the
-# machine's own runs never see.
+# In a network namespace, which the machine's own runs never see, every
+# address soft-roce.sh could take is already there: it takes none (two make
+# demo at once took one before own_address read ip's list whole), and its
+# last line names that as the cause.
 test_no_free_address() {
 	local t=soft_roce/no_free_address status=0 last before why
 	before=$(machine_state)
@@ -468,11 +455,9 @@ test_no_free_address() {
 	pass_unless "$t" "$why"
 }
 
-# The demo's client dies mid-session: the demo fails, and its cleanup
-# still stops the server and removes its folder (a kill of the client,
-# already gone, must not end the cleanup under set -e).  Its own client
-# and server, of make demo's processes: two programs of the same names,
-# another run's stand-ins, must outlive the test.
+# The demo's client dies mid-session: the demo fails, and its cleanup still
+# stops the server and removes its folder (its kill of the gone client must
+# not end it under set -e); another run's stand-ins, same names, live on.
 test_demo_client_dies() {
 	local dir=$work/dies before status=0 left why='' k pid others=() server=()
 	mkdir -p "$dir/tmp"

@@ -1,18 +1,11 @@
 #!/usr/bin/env bash
-# make test: the unit tests of common/, the check that the two servers stay
-# twins, a short fuzzing run of the message decoder, what scripts/deps.sh
-# and make doctor would do on each supported system, the end-to-end tests
-# on a real Soft-RoCE device (tests/host-mode.sh: make demo and tests/e2e.sh
-# as on a learner's machine, or in a VM standing in for one), the VMs
-# stopped by signals (tests/vm-interrupt.sh), then server and client on two
-# VMs joined by one cable, with every packet checked (tests/wire.sh).
-#
-# Each stage reports in TAP (tests/report-lib.sh), and `prove --exec ''
-# STAGE...` runs any of them alone.  Here Perl's TAP::Harness runs them
-# all and checks each against its plan.  The last line is
-# "N passed, N failed": a test a plan names that never reported (its
-# stage stopped early) is failed, and so is a stage that exited non-zero
-# with no test failed.  The Soft-RoCE tests are never skipped.
+# make test: the stages named at the end, in order (docs/design.md, "Tests,
+# sanitizers and fuzzing", says what each tests).  Each reports in TAP
+# (tests/report-lib.sh), and `prove --exec '' STAGE...` runs any of them
+# alone.  Here Perl's TAP::Harness runs them all and checks each against
+# its plan.  The last line is "N passed, N failed": a test a plan names
+# that never reported (its stage stopped early) is failed, and so is a
+# stage that exited non-zero with no test failed.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,11 +21,10 @@ on_signal() {
 }
 stop_on_signals on_signal
 
-# In the background, so that a signal's trap runs at once, and in a session
-# of its own, which on_signal stops whole.  Not being a process group
-# leader here, setsid makes no new process: $! is the session's ID.
-# (The console's formatter, as on a terminal: the one for a file or a pipe
-# holds a stage's lines back until the stage ends.)
+# In the background, so that a signal's trap runs at once, and in a session of
+# its own, which on_signal stops whole (not a process group leader here, setsid
+# makes no new process: $! is the session's ID).  The console's formatter, as
+# on a terminal: a file's or a pipe's holds a stage's lines back until it ends.
 # shellcheck disable=SC2016 # Perl's
 setsid perl -MTAP::Harness -MList::Util=max -e '
 	my $all = TAP::Harness->new({ verbosity => 1, exec => [],

@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# What scripts/deps.sh and make doctor do on each supported system, read
-# from that system's real /etc/os-release (tests/os-release/*).  Nothing is
-# installed and nothing is changed: deps.sh --dry-run prints the command it
-# would run there, and the doctor is run where rdma_rxe is missing, as on
-# Ubuntu without linux-modules-extra, on Fedora without kernel-modules,
-# or in a container, to see the fix it gives each.  Each test's comment
-# says what else it holds the scripts to.  Reports in TAP
-# (tests/report-lib.sh); a test this user cannot run says SKIP.
+# What scripts/deps.sh and make doctor do on each supported system (its
+# real /etc/os-release in tests/os-release/), installing and changing
+# nothing: deps.sh --dry-run prints the command it would run there, and the
+# doctor runs where rdma_rxe is missing (Ubuntu without linux-modules-extra,
+# Fedora without kernel-modules, a container), to see the fix it gives each.
+# Reports in TAP; each test's comment says what else it holds the scripts to.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -153,11 +151,9 @@ test_not_root() {
 	pass_unless "$t" "$why"
 }
 
-# doctor_fix NAME SYSTEM WANT [ENV...]: make doctor on a machine without
-# rdma_rxe, as SYSTEM (tests/os-release/), in no container unless ENV says,
-# into $work/NAME.out: the fix after "FAIL kernel module rdma_rxe: ..." must
-# be WANT.  Where this kernel has rdma_rxe it is hidden, in a mount
-# namespace of its own (root only): its modules, loaded and on disk.
+# doctor_fix NAME SYSTEM WANT [ENV...]: make doctor's fix for "FAIL kernel
+# module rdma_rxe" as SYSTEM, in no container unless ENV says, must be WANT.
+# This kernel's rdma_rxe, if any, is hidden in a mount namespace (root only).
 doctor_fix() {
 	local name=$1 system=$2 want=$3 hide=() got check='kernel module rdma_rxe'
 	shift 3
@@ -253,10 +249,9 @@ test_other_flags_wait() {
 	pass_unless "$t" "$why"
 }
 
-# flags_copy DIR: DIR a copy of this checkout, built as this one is, if it
-# is not one yet (two tests use it; either may run alone), with a stand-in
-# tests/run.sh: it runs until DIR/release is there (120 s at most), and 2 s
-# more, in which a make that did not wait would relink under it.
+# flags_copy DIR: DIR a copy of this checkout, built as this one is (once:
+# two tests use it), whose tests/run.sh runs until DIR/release is there, and
+# 2 s more, in which a make that did not wait would relink under it.
 flags_copy() {
 	[ ! -e "$1/Makefile" ] || return 0
 	mkdir -p "$1/build"
@@ -272,11 +267,10 @@ sleep 2
 EOF
 }
 
-# A make waiting for the shared lock while one of other flags holds it
-# whole (to rebuild) must not relink once that one runs its programs under
-# a shared lock: it waits on, for the whole lock.  The other make is played
-# by a holder of the lock, who leaves flags not ours in build/flags (for
-# 300 s at most, should this stage stop before it says go).
+# A make waiting for the lock while one of other flags holds it whole (to
+# rebuild) must wait on for the whole lock, not relink, once that one runs
+# its programs under a shared lock.  A lock holder plays that make, leaving
+# flags not ours in build/flags (300 s at most, should this stage stop).
 test_flags_changed_while_waiting() {
 	local t=make/flags_changed_while_waiting d=$work/flags-co holder make why=''
 	flags_copy "$d"
@@ -301,10 +295,9 @@ test_flags_changed_while_waiting() {
 	pass_unless "$t" "$why"
 }
 
-# No network, as on a fresh machine: the archive's lists never fetched and
-# nothing installed (empty ones), so deps.sh build has two packages to
-# install, and the VMs' kernel has no list to come from.  Each says in one
-# line that the archive cannot be reached, and what to do.
+# No network, as on a fresh machine (no archive lists, nothing installed,
+# so deps.sh build has two packages to install): deps.sh and vm-kernel.sh
+# each say in one line that the archive cannot be reached, and what to do.
 test_no_network() {
 	local out=$work/nonet.out status=0 why=''
 	[[ $(id -u) = 0 && -d /var/lib/dpkg && -n $(type -P apt-get) ]] ||
@@ -333,9 +326,8 @@ test_space_in_kernel_cache() {
 	fails_saying "$t" "$status" "$out" -F "KERNEL_CACHE, $cache, has spaces"
 }
 
-# vm-run.sh stopped while it packs the VM's initramfs, with a new image to
-# make (the kernel's folder reached through a link): its half-made folder
-# in build/vm goes with it.
+# vm-run.sh stopped while it packs a new initramfs for the VM (the kernel's
+# folder reached through a link): its half-made folder in build/vm goes too.
 test_vm_stopped_while_packing() {
 	local t=vm/stopped_while_packing bin=$work/slow-cpio cache ver run left why=''
 	cache=$(bash -c '. "$1/scripts/vm-lib.sh" && echo "$KERNEL_CACHE"' _ "$top")
@@ -378,11 +370,9 @@ test_static_probe() {
 	pass_unless "$t" "$why"
 }
 
-# table_meaning TABLE: for each need of TABLE whose probe finds a file here
-# (a command, a pkg-config module, a file), whether the package TABLE names
-# for this system brings that file: it has it, or it depends on a package
-# that has it (gcc on gcc-12, which has cc).  Prints "checked NEED" for each
-# need it checks, and a line per need where that is not so.
+# table_meaning TABLE: "checked NEED" for each need whose probe finds a file
+# here, and a line if TABLE's package for this system does not bring it
+# (have it, or depend on one that has it: gcc on gcc-12, which has cc).
 table_meaning() (
 	PACKAGES_TABLE=$1
 	read_os_release
@@ -436,10 +426,9 @@ test_table_meaning() {
 		grep -qx "rping: the table says perftest, but $(command -v rping) is rdmacm-utils's" <<<"$out"
 }
 
-# probe_finds PROBE PATH: true if the table's PROBE looks for a file such
-# as PATH (a path a package ships).  A special probe looks for the file
-# that brings what it tests (static-busybox: busybox, statically linked,
-# as the packaging file's comment says).
+# probe_finds PROBE PATH: true if the table's PROBE looks for a file such as
+# PATH (a package's); a special probe looks for the file that brings what it
+# tests (static-busybox: a static busybox, as the packaging file says).
 probe_finds() {
 	local glob
 	case $1 in
@@ -460,12 +449,9 @@ probe_finds() {
 	esac
 }
 
-# packaging_meaning TABLE SYSTEM PACKAGING: for each need of TABLE, whether
-# the packages it names for SYSTEM (tests/os-release/SYSTEM) ship a file
-# its probe looks for, as PACKAGING says ("PACKAGE PATH" lines, and
-# "! PATH" where no package does).  Prints a line per need where the
-# table and PACKAGING differ ("!" is a package name here, for none; the
-# table's "?" counts as "!").
+# packaging_meaning TABLE SYSTEM PACKAGING: a line for each need of TABLE
+# whose packages for SYSTEM ship no file its probe looks for, as PACKAGING
+# says ("PACKAGE PATH" lines; package "!" is none, as is the table's "?").
 packaging_meaning() (
 	PACKAGES_TABLE=$1 OS_RELEASE=$fixtures/$2
 	read_os_release
@@ -552,19 +538,17 @@ test_vm_kernel_no_rxe_in_boot() {
 	ver=$(find /lib/modules -mindepth 1 -maxdepth 1 -type d -printf '%f\n' 2>/dev/null |
 		sort -V | tail -n 1) || true
 	no_rxe_in_boot "$t" "$ver"
-	# Debian 12 with bookworm-backports' kernel installed: the kernel in
-	# /boot is the very version fetched for the VMs. The VM boots the
-	# fetched copy, which has rdma_rxe.
+	# Debian 12 with bookworm-backports' kernel: /boot's is the very version
+	# fetched for the VMs, and the VM boots the fetched copy, with rdma_rxe.
 	t=vm_kernel/fetched_version_in_boot_too
 	fetched=$("$top/scripts/vm-kernel.sh" 2>"$work/fetch.err") ||
 		{ fail "$t" "vm-kernel.sh failed: $(tail -n 2 "$work/fetch.err" | paste -sd' ')"; return; }
 	no_rxe_in_boot "$t" "$fetched"
 }
 
-# no_rxe_in_boot T VERSION: vm-run.sh uname -r, with kernel VERSION alone
-# in /boot, its modules without rdma_rxe, in a mount namespace of its own
-# (root only).  apt-get is stood in for by one that refuses to install and
-# passes everything else on (scripts/vm-kernel.sh's update and download).
+# no_rxe_in_boot T VERSION: vm-run.sh uname -r, with kernel VERSION alone in
+# /boot, its modules without rdma_rxe (a mount namespace: root only), and an
+# apt-get that refuses to install and passes on the rest (update, download).
 no_rxe_in_boot() {
 	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got why=''
 	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
@@ -597,11 +581,9 @@ no_rxe_in_boot() {
 	pass_unless "$t" "$why"
 }
 
-# run.sh (make test) stopped by SIGTERM, SIGHUP (to it alone: make passes
-# SIGTERM to its child only) or Ctrl-C (SIGINT to its process group) while
-# a stage runs: within seconds it ends by that signal, and so has every
-# process of the stage (here the unit tests, a stand-in that sleeps; a
-# zombie has ended, and waits only for PID 1 to reap it).
+# run.sh stopped while a stage runs (a stand-in that sleeps), by SIGTERM,
+# SIGHUP (to it alone: make passes SIGTERM to its child only) or Ctrl-C: it
+# ends by that signal within seconds, and so has every process of the stage.
 test_run_signal() {
 	local sig=$1 target=$2 t=run/$3 d=$work/run-$3 run why=''
 	mkdir -p "$d/tests" "$d/scripts"
@@ -624,8 +606,7 @@ test_run_signal() {
 }
 
 # A failure whose reason holds a "#" (a program's output may) is a failure
-# still: prove reads "# TODO" and "# SKIP" after an unescaped "#" as a
-# directive, and a TODO test's failure as no failure.
+# still (see report in tests/report-lib.sh).
 test_reason_with_hash() {
 	stand_in "$work/hash.t" '#!/usr/bin/env bash\n. "%s"\necho 1..1\nfail x "rpc#todo"\n' \
 		"$top/tests/report-lib.sh"

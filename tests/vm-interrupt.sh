@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# The VMs cut short: scripts/vm-run.sh (make test or make demo where this
-# machine's kernel has no rdma_rxe), scripts/vm-pair.sh and scripts/wire.sh
-# (make wire) stopped by Ctrl-C (SIGINT to the whole process group, as a
-# terminal sends it) or by SIGTERM or SIGHUP to the script alone.  Within
-# seconds every qemu must be gone, and the VMs' folders, and the script
-# must end by that signal (so that the make or shell that started it stops
-# too); wire.sh must publish nothing.  A VM's kernel that oopses must stop
-# it too.  Runs on this machine, where the VMs
-# would; reports in TAP (tests/report-lib.sh).
+# The VMs cut short: scripts/vm-run.sh, vm-pair.sh and wire.sh (make wire)
+# stopped by Ctrl-C (SIGINT to the whole process group, as a terminal sends
+# it) or by SIGTERM or SIGHUP to the script alone.  Within seconds every
+# qemu must be gone, and the VMs' folders, and the script must end by that
+# signal (so that the make or shell that started it stops too); wire.sh
+# must publish nothing.  A VM's kernel that oopses must stop it too.  Runs
+# on this machine, where the VMs would; reports in TAP (tests/report-lib.sh).
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -80,11 +78,9 @@ test_vm_interrupt() {
 }
 
 # Ctrl-C while vm-run.sh's KVM probe runs (a qemu of its own, for up to
-# KVM_PROBE_SECONDS where a guest hangs under KVM): the probe must stop at
-# once too, and leave no answer kept for this boot (a "tcg" written after
-# the stopped probe would cost every later VM its KVM).  VM_ACCEL, which
-# skips the probe, is unset for it.  With no usable /dev/kvm no probe ever
-# runs: the test does not apply, on such a machine under CI too.
+# KVM_PROBE_SECONDS where a guest hangs under KVM): the probe must stop at once
+# too, and leave no answer kept for this boot (a "tcg" written after the stopped
+# probe would cost every later VM its KVM); VM_ACCEL, which skips it, is unset.
 test_probe_interrupt() {
 	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe run probe=() why=''
 	if ! kvm_usable; then
@@ -97,7 +93,7 @@ test_probe_interrupt() {
 	wait_until "$run" 60 below "$run" ' vm_probe=1' >"$out/probe.ps" || true
 	mapfile -t probe < <(awk '{ print $1 }' "$out/probe.ps")
 	sleep 2 # into the probe guest's boot, its qemu's handlers in place
-	# Stopped even if no probe ran: it would go on to boot a VM for sleep 600.
+	# Stopped even if no probe ran, lest it boot a VM for sleep 600.
 	signal_job "$run" group INT 5 || why="vm-run.sh still ran 5 s after SIGINT"
 	[ "${#probe[@]}" -gt 0 ] || why="no probe ran"
 	[ -n "$why" ] || [ -z "$(alive "${probe[@]}")" ] || why="the probe's qemu still runs"

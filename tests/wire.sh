@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # The two-machine tests: server and client in two VMs joined by one virtual
-# cable (scripts/vm-pair.sh), and every packet of their sessions checked in
-# the cable's capture (scripts/wire-check.sh).  One pair of boots runs the
-# sessions of PLAN one after the other, each checked as the end-to-end tests
-# check one device (tests/lib.sh's check_session, and SIGINT), then packet
-# by packet.  Last, the checker itself must catch a capture that differs and
-# name the packet, and one rping crosses the boots' second cable.
-#
-# Runs on this machine (make test's "wire" stage), not in a VM: it boots
-# the two VMs itself. Reports in TAP (tests/report-lib.sh).
+# cable (scripts/vm-pair.sh).  One pair of boots runs the sessions of PLAN
+# one after the other, each checked as the end-to-end tests check one
+# device (tests/lib.sh's check_session, and SIGINT), then packet by packet
+# in the cable's capture by scripts/wire-check.sh, which must also catch a
+# capture that differs, naming the packet; one rping crosses the second
+# cable.  Runs here, not in a VM (it boots the VMs); reports in TAP.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,11 +58,9 @@ check_fails() {
 	pass_unless "$t" "$why"
 }
 
-# first_packet FILTER: "FRAME PSN" of the first packet that tshark's
-# display filter FILTER picks from the capture; nothing if tshark fails (a
-# capture cut short), so that the test fails by name rather than set -e
-# ending the stage.  (sed reads to the end: a reader that quits early, as
-# head does, makes the writer's next write fail, a failure under pipefail.)
+# first_packet FILTER: "FRAME PSN" of the first packet tshark's FILTER picks,
+# or nothing if tshark fails (a capture cut short): the test fails by name,
+# not the stage by set -e.  (sed, not head: see session in tests/lib.sh.)
 first_packet() {
 	tshark -r "$pcap" -Y "$1" -T fields -e frame.number -e infiniband.bth.psn \
 		2>/dev/null | sed -n 1p || true
@@ -104,10 +99,9 @@ test_checker_fails() {
 	fi
 }
 
-# test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to ADDR + 4
-# with RKEY) changed in a copy of the capture. Found by its RETH (va, r_key,
-# length 4) right before the payload 2, at whole bytes of a hex dump: grep
-# cannot match across a newline byte (0x0a), which an address may hold.
+# test_corrupted_capture T ADDR RKEY: the ev session's write 2 (to ADDR + 4,
+# RKEY) changed in a copy of the capture, found by its RETH and payload in a
+# hex dump, at whole bytes (grep fails where an address holds a 0x0a byte).
 test_corrupted_capture() {
 	local t=$1 addr=${2:-0} rkey=${3:-0} copy=$dir/corrupted.pcap va at hex off
 	va=$(printf '0x%x' $((addr + 4)))
@@ -206,10 +200,9 @@ test_checker_probe() {
 }
 
 # with_probe LEN|where|resp: the capture's records (raw), with a server's
-# RDMA WRITE of LEN bytes, and its ACK, just before the poll session's CM
-# DisconnectRequest (named as that packet, with the server's next PSN);
-# "where": that frame and PSN; "resp": those of the poll session's
-# RESP_ALLOC, the one that carries its client's rkey, as the decoder reads it.
+# RDMA WRITE of LEN bytes and its ACK just before the poll session's CM
+# DisconnectRequest (named as that frame, with the server's next PSN);
+# "where": that frame and PSN; "resp": those of its RESP_ALLOC, by its rkey.
 with_probe() {
 	awk -F'\t' -v OFS='\t' -v k="$(grant_of poll rkey)" -v len="$1" '
 		{ line[NR] = $0 }
@@ -262,10 +255,9 @@ session_records() {
 }
 
 # chart_why NAME PORT: why session NAME's chart (scripts/wire-chart.awk) is
-# wrong, if it is: the arrows' comments count the session's packets by
-# kind, each once; each line of the programs' that tells of a packet (the
-# grant, each doorbell) is in a mark on its program's column; mscgen draws
-# it.
+# wrong, if it is: the arrows' comments count its packets by kind, each
+# once; each program's line that tells of a packet (the grant, each
+# doorbell) is in a mark on its column; mscgen draws it.
 chart_why() {
 	local msc=$dir/$1/session.msc want got line marks
 	session_records "$2" | awk -v "cout=$dir/$1/client.out" -v "sout=$dir/$1/server.out" \
@@ -291,10 +283,9 @@ chart_why() {
 	fi
 }
 
-# picture_why: why docs/session.svg, the picture of make wire's default
-# session in the README, no longer shows what the protocol does, if it
-# does not: its arrows against those of the ev session's chart (make
-# wire's default session but for its port; no ARP: the poll session asked).
+# picture_why: why docs/session.svg, the README's picture of make wire's
+# default session, no longer shows the protocol, if it does not: its arrows
+# against the ev session's chart (the same but for its port and the ARP).
 picture_why() {
 	local want got
 	want=$(sed -n 's/^[0-9-]*: //p' "$top/docs/session.svg" | arrows)
@@ -309,9 +300,8 @@ picture_why() {
 
 # arrows: a chart's arrows' labels on stdin as the protocol orders them,
 # whatever the timing: every packet but the ACKs in order, a run of writes
-# one line a write, and the ACKs counted (on 6.1 one sometimes comes back
-# before its batch's doorbell); no ARP or ND; addresses, keys, QP numbers and
-# PSNs aside.
+# one line a write, the ACKs counted (on 6.1 one sometimes comes back before
+# its batch's doorbell); no ARP or ND; addresses, keys, QPNs and PSNs aside.
 arrows() {
 	awk '/\(ARP or ND/ { next }
 		/ RDMA WRITEs, values / { for (v = $5; v <= $7; v++) print "write " v; next }
