@@ -24,10 +24,7 @@ report() {
 		set -- "not ok" "$2" "tests/plan.txt does not name it"
 	fi
 	reported+="$name "
-	if [ "$1" = ok ]; then
-		echo "ok - $report_prefix$2 [${SECONDS}s]"
-		return
-	fi
+	[ "$1" != ok ] || { echo "ok - $report_prefix$2 [${SECONDS}s]"; return; }
 	# A failure's reason may hold a program's words: "#" escaped, or TAP
 	# reads "# TODO" in it as a directive (and a TODO's failure as none);
 	# one line, or a line of it could read as a test's.
