@@ -145,8 +145,6 @@ read -r -a budgets <<<"$(printf '%s\n' "${budgets[@]}" "$busy_default" | sort -n
 latency_servers=("$tick_server")
 for b in "${budgets[@]}"; do latency_servers+=("$ev_server --busy-poll-us $b"); done
 
-# ---- running things ---------------------------------------------------------
-
 # server_start "PROGRAM [OPTIONS...]" [MORE...]: in the background (the
 # entry split at spaces), logging to $work/server.out; returns once it listens.
 server_start() {
@@ -349,9 +347,7 @@ write_bw() {
 # per ibv_post_send() (-l K), a completion every K (-Q K).  It posts a list
 # only while the list fits in its send queue (-t, 128 by default), so for
 # K > 64 the queue is 2K deep: two lists in flight, as at K = 64.
-write_bw_list() {
-	write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128))
-}
+write_bw_list() { write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128)); }
 
 # write_lat: ib_write_lat's ping-pong; its t_typical (the median) and 99%
 # percentile, in µs, tab-separated, into lat_row; run again, twice at most,
@@ -368,8 +364,6 @@ write_lat() {
 	done
 	die "ib_write_lat -s 4 -n $lat_doorbells gave no positive median and p99 three times"
 }
-
-# ---- the measurements -------------------------------------------------------
 
 # row TABLE FIELD...: one line of tab-separated fields at the end of
 # OUTDIR/TABLE.tsv (the first, each table's header, makes the file).
@@ -609,8 +603,6 @@ if [ "$mode" != headline ]; then
 	measure_scale
 fi
 say "doorbells checked: $doorbells_checked, all in order with value == seq"
-
-# ---- the report -------------------------------------------------------------
 
 "$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$mode"
 publish_dir "$out" "$final" || die "cannot put $out in $final's place"

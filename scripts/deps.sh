@@ -68,10 +68,7 @@ has() {
 	esac
 }
 
-usage() {
-	echo "usage: $0 [--dry-run | --check] [PURPOSE...]; purposes: ${PURPOSES[*]}" >&2
-	exit 2
-}
+usage() { echo "usage: $0 [--dry-run | --check] [PURPOSE...]; purposes: ${PURPOSES[*]}" >&2; exit 2; }
 
 main() {
 	local mode=install arg purpose need probe rest entries desc pkgs p cmd note='' update out refresh=''

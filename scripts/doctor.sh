@@ -115,10 +115,7 @@ module_fix() {
 	fi
 }
 
-find_devices() {
-	local dev
-	for dev in "$SYSFS"/*; do [ ! -e "$dev" ] || devices+=("${dev##*/}"); done
-}
+find_devices() { local dev; for dev in "$SYSFS"/*; do [ ! -e "$dev" ] || devices+=("${dev##*/}"); done; }
 
 check_device() {
 	local what='RDMA device' dev parent list='' fix

@@ -42,7 +42,4 @@ await_exit() {
 }
 
 # stop_program PID: SIGINT, as Ctrl-C sends, then await_exit's status.
-stop_program() {
-	kill -INT "$1" 2>/dev/null || true
-	await_exit "$1" 20
-}
+stop_program() { kill -INT "$1" 2>/dev/null || true; await_exit "$1" 20; }

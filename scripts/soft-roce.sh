@@ -256,8 +256,7 @@ vm_possible() {
 
 # Step 4: this script runs again in the VM, SOFT_ROCE_DEVICES passed on.
 run_in_vm() {
-	VM_PASS_ENV="${VM_PASS_ENV:-} SOFT_ROCE_DEVICES" \
-		exec "$here/vm-run.sh" "$here/soft-roce.sh" "$@"
+	VM_PASS_ENV="${VM_PASS_ENV:-} SOFT_ROCE_DEVICES" exec "$here/vm-run.sh" "$here/soft-roce.sh" "$@"
 }
 
 main() {

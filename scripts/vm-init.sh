@@ -60,10 +60,7 @@ rxe_on_cables() {
 
 # ipv6_of 198.18.N.HOST: the same host's IPv6 address on cable N, a unique
 # local one, fd52:444d:4200:N::HOST.
-ipv6_of() {
-	local cable_host=${1#198.18.}
-	echo "fd52:444d:4200:${cable_host%.*}::${cable_host#*.}"
-}
+ipv6_of() { local cable_host=${1#198.18.}; echo "fd52:444d:4200:${cable_host%.*}::${cable_host#*.}"; }
 
 while read -r m; do
 	insmod "/lib/modules/$m.ko" || fail "insmod $m failed"

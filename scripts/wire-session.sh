@@ -38,10 +38,7 @@ give_up() { say "$*" >&2; mark abort "$WIRE_ROLE: $*"; exit 1; }
 # mark NAME [TEXT]: create DIR/NAME, holding TEXT (or the time), as a
 # whole, so the other VM never sees half (each side through its own temp
 # file: both may give up at once).
-mark() {
-	echo "${2:-$(date +%s)}" >"$dir/$1.$WIRE_ROLE.tmp"
-	mv "$dir/$1.$WIRE_ROLE.tmp" "$dir/$1"
-}
+mark() { echo "${2:-$(date +%s)}" >"$dir/$1.$WIRE_ROLE.tmp"; mv "$dir/$1.$WIRE_ROLE.tmp" "$dir/$1"; }
 
 # await NAME SECONDS: wait for the other VM's mark; fail if it gave up.
 # Deadlines are in SECONDS of the clock, not in rounds of the loop: under
