@@ -6,11 +6,9 @@
 #   scripts/soft-roce.sh scripts/bench.sh [--smoke | --headline] [--rounds N] [OUTDIR]
 #
 # Writes into OUTDIR (bench-results/ by default, not committed) results.md
-# (the tables), writes_per_s.png, busy_poll.png and scale.png (the plots), the
-# raw numbers (*.tsv) and every program's output (logs/).
-# --smoke is the same run made small (a few hundred writes, K = 16, one
-# round, busy-poll budgets 0 and the default, up to 4 clients at once) for
-# make test.  --headline measures the headline alone (the client at K = 64
+# (the tables), its plots (*.png), the raw numbers (*.tsv) and every
+# program's output (logs/).  --smoke is the same run made small, for make
+# test.  --headline measures the headline alone (the client at K = 64
 # against ib_write_bw -l 64 -Q 64), a few minutes, to see whether two runs
 # of one commit agree.  --rounds N: the headline's rounds (20; smoke: 6).
 #

@@ -10,28 +10,24 @@
 #   1. RDMA_ADDR already set: on the device you set up yourself.
 #   2. An existing RDMA device of any kind (Soft-RoCE, a RoCE or InfiniBand
 #      NIC): an ACTIVE port whose netdev has an IPv4 address rping reaches.
-#   3. As root, on this machine's kernel: Soft-RoCE on an interface of its
-#      own, a dummy with two addresses from 198.18.0.0/15, the benchmarking
-#      range (a /32 on a dummy: packets to it never leave this machine); the
-#      second, RDMA_ADDR2, for tests that need a second peer address, and an
-#      IPv6 one, RDMA_ADDR6 (fd52:444d:4100::N, N ending RDMA_ADDR), for
-#      tests of IPv6.  Both are named rxe_demo<PID>, after this script's
-#      process: two runs at once each have their own, and one whose run has
-#      ended (SIGKILL) is reported and removed, never taken for a device of
-#      the machine.  Never lo: rdma_cm cannot route to 127.0.0.1 on any
-#      kernel.  With SOFT_ROCE_DEVICES=2, a second device and interface,
-#      rxe_dem2<PID>, with an address of its own (RDMA_DEV2, RDMA_ADDR_DEV2)
-#      for tests of a server that serves every device.
+#   3. As root, on this machine's kernel: a Soft-RoCE device and a dummy
+#      interface of its own, both named rxe_demo<PID> after this script's
+#      process (two runs at once each have their own), with two addresses
+#      from 198.18.0.0/15, the benchmarking range (a /32 on a dummy: packets
+#      to it never leave this machine), RDMA_ADDR and RDMA_ADDR2 (for tests
+#      that need a second peer address), and an IPv6 one, RDMA_ADDR6.  Never
+#      lo: rdma_cm cannot route to 127.0.0.1 on any kernel.  With
+#      SOFT_ROCE_DEVICES=2, a second device and interface, rxe_dem2<PID>,
+#      with an address of its own (RDMA_DEV2, RDMA_ADDR_DEV2) for tests of a
+#      server that serves every device.
 #   4. Where this kernel has no rdma_rxe: a VM whose kernel has it
 #      (scripts/vm-run.sh), in which this script runs again and takes 3.
 # SOFT_ROCE_MODE=host stops before 4; SOFT_ROCE_MODE=vm goes to 4 at once.
 #
 # CMD runs in a session of its own. When it ends, or this script gets
 # SIGINT (Ctrl-C), SIGTERM or SIGHUP (the terminal closed), every process
-# left in that session is stopped (also those under timeout(1), which puts
-# itself in a process group of its own), then the device, the interface and
-# the modules this run loaded are removed, and this script ends with the
-# signal's own status, so that the shell or make that started it stops too.
+# left in that session is stopped, then the device, the interface and the
+# modules this run loaded are removed, and on a signal it ends by that signal.
 # What a path needs and lacks, scripts/deps.sh installs (as root) or names.
 set -euo pipefail
 

@@ -1,13 +1,8 @@
 # shellcheck shell=bash
-# vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM that
-# stands in for a machine whose kernel has rdma_rxe; its header says what a
-# VM sees of this machine) and vm-pair.sh (two VMs on one virtual cable).
-#
-# Which kernel: VM_KERNEL=VERSION if set (a kernel in /boot, or one that
-# scripts/vm-kernel.sh fetched into the cache), else the kernels in /boot,
-# newest first, until one can boot, else one fetched or installed for it
-# (kernel_for_vms). Which accelerator: KVM if a probe guest boots under
-# it, else TCG (software emulation); VM_ACCEL=kvm|tcg skips the probe.
+# vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM; its
+# header says what a VM sees of this machine) and vm-pair.sh (two VMs on one
+# virtual cable).  VM_KERNEL=VERSION: the kernel (find_kernel, kernel_root);
+# VM_ACCEL=kvm|tcg: the accelerator, without choose_accel's probe.
 
 # shellcheck source=scripts/system-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/system-lib.sh"

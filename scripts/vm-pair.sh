@@ -3,19 +3,14 @@
 # one network cable, the way a server and a client run in real use, and
 # optionally record every frame that crosses the cable.
 #
-# The machines are two throw-away VMs like vm-run.sh's (a kernel with
-# rdma_rxe under qemu, this machine's files over 9p, the repository
-# writable), each with one virtual NIC and Soft-RoCE (rxe0) on it. The cable
-# between the NICs is a socket of this host, which only carries frames from
-# one qemu to the other: the VMs reach each other and nothing else, and
-# every RoCE packet leaves one kernel as an Ethernet frame and enters the
-# other. (VM_CABLE may ask for a second cable, with a second NIC and rxe1 in
-# each VM, to test another kind of cable in the same boot.)
-#
-# Why VMs even on a host whose kernel has rdma_rxe: two rxe devices in one
-# kernel still loop their traffic back internally, and rxe only learned
-# network namespaces after Linux 6.1. Two real machines do not need this
-# script: see docs/wire.md.
+# The machines are two throw-away VMs like vm-run.sh's, each with one
+# virtual NIC and Soft-RoCE (rxe0) on it. The cable between the NICs is a
+# socket of this host, which only carries frames from one qemu to the
+# other: the VMs reach each other and nothing else, and every RoCE packet
+# leaves one kernel as an Ethernet frame and enters the other. (VM_CABLE
+# may ask for a second cable, with a second NIC and rxe1 in each VM, to
+# test another kind of cable in the same boot.)  Why VMs even where this
+# kernel has rdma_rxe, and how on two real machines: docs/wire.md.
 #
 # CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1) and
 # WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the server's

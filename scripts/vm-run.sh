@@ -8,9 +8,7 @@
 # machine's root file system read-only over 9p, so every program installed
 # here is there too. The repository is shared writable at the same path:
 # what CMD writes into it (builds, logs, results) is still here after the VM
-# is gone. The VM has no network card, so nothing in it can reach any other
-# machine. (scripts/vm-lib.sh has what this shares with vm-pair.sh, two VMs
-# on one virtual cable, and the kernel and accelerator choices.)
+# is gone. The VM has no network card: nothing in it can reach another machine.
 #
 # CMD's stdout and stderr come out here as it runs; CMD gets no stdin.
 # The exit status is CMD's (or 1, with a message, if the VM itself failed).

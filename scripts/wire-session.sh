@@ -5,15 +5,12 @@
 #
 # DIR/plan has one session per line, run one after the other so that each
 # session's packets are together on the cable:
-#   NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY
-# e.g. "ev rdma_srq_pool_server_ev 7471 10000 12 4 6", whose client
-# connects over IPv6 (FAMILY 4: over IPv4).
+#   NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY (4: IPv4, 6: IPv6)
 #
-# The server VM starts every session's server, each on its own port, and
-# stops them with SIGINT once the client VM says it is done. The client VM
-# runs one client per session against its server. Everything each program
-# prints goes to DIR/NAME/{server,client}.{out,err,status}. The two VMs talk
-# through files in DIR, which both see:
+# The server VM runs every session's server, each on its own port; the
+# client VM, one client per session. Everything each program prints goes
+# to DIR/NAME/{server,client}.{out,err,status}. The two VMs talk through
+# files in DIR, which both see:
 #   ready    written by the server VM once every server listens
 #   finished written by the client VM once every client has finished
 #   abort    written by either side that gives up, with the reason

@@ -7,9 +7,8 @@
 #
 # PCAP may come from make wire (wire-results/cable.pcap), or from two real
 # machines: on either one, tcpdump -i eth0 -w x.pcap udp port 4791 or arp or
-# icmp6.  Needs tshark (Debian package tshark).  Wireshark shows the same
-# packets with every field (it decodes UDP port 4791 as RoCE v2 by itself);
-# this is the short version.
+# icmp6.  Wireshark shows every field of the same packets (it decodes UDP
+# port 4791 as RoCE v2 by itself); this is the short version.
 #
 #   --raw  one tab-separated record per packet instead, for programs
 #          (scripts/wire-check.sh): frame, time, source, destination, kind,

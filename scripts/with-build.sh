@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # with-build.sh "TARGETS" CMD...: make TARGETS, then CMD, which uses what
 # was built, while no make of other flags in this checkout (make test and
-# make test SANITIZE=1 at once) relinks the programs under it.  Makes of
-# the same flags share the programs (a shared flock on build/lock); one of
-# other flags takes the lock whole to rebuild, waiting for the others to
-# end first, and says so.  Runs in a recipe: make passes its variables
-# (SANITIZE=1) on to the makes here in MAKEFLAGS.  Inside a VM, build/ is
-# the host's over qemu's 9p, which takes a flock for the VM's processes
-# alone (measured: a host's lock does not stop one in the VM): there, the
-# make on the host that started the VM holds the lock that counts.
+# make test SANITIZE=1 at once) relinks the programs under it: makes of the
+# same flags share a flock on build/lock; one of other flags takes it whole
+# to rebuild, waiting (and saying so) for the others to end.  In a recipe,
+# make passes its variables (SANITIZE=1) on to the makes here in MAKEFLAGS.
+# In a VM, build/ is the host's over qemu's 9p, whose flocks hold among the
+# VM's processes alone (measured: a host's lock does not stop one in the VM):
+# there, the lock that counts is held by the host's make that started the VM.
 set -euo pipefail
 
 mkdir -p build
