@@ -58,16 +58,14 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 . "$out/run.env"
 
 # ratios FILE WHAT K W: round by round, WHAT's writes/s at K and W (W "best":
-# its best W of that round) over perftest's list (-l K -Q K) in the same round:
-# the spread of the comparison itself, which the medians' ratio hides.  With W
-# "best", their median (lowest-highest); else their median, the 95% interval of
-# that median ("-" if too few rounds give none), their lowest and highest, and
-# where that interval lies against 1 (ahead, level or behind), tab-separated.
-# The interval is the order statistics' (no assumption on the ratios'
-# distribution, only that rounds are alike but for noise): with n rounds
-# sorted, the j-th lowest to the j-th highest holds the median with
-# probability 1 - 2 P(X < j), X binomial (n, 1/2), and j is the highest
-# that keeps this at 95% or more (n = 20: the 6th to the 15th, 95.9%).
+# its best W of that round) over perftest's list (-l K -Q K) in the same
+# round: the spread the medians' ratio hides.  W "best": their median
+# (lowest-highest); else, tab-separated, their median, its 95% interval ("-":
+# too few rounds), lowest and highest, and ahead, level or behind (that
+# interval against 1).  The interval is the order statistics', assuming only
+# that rounds are alike but for noise: of n sorted, the j-th lowest to the
+# j-th highest holds the median with probability 1 - 2 P(X < j), X binomial
+# (n, 1/2), j the highest that keeps this >= 95% (n = 20: 6th to 15th, 95.9%).
 ratios() {
 	awk -F'\t' -v what="$2" -v k="$3" -v w="$4" "$stats"'
 		NR > 1 && $1 == what && $2 == k && w == "best" && $5 > c[$4] { c[$4] = $5 }

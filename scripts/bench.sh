@@ -72,9 +72,8 @@ load_k=4
 # Every slot of the slice is written at most once (1 MiB = 262144 slots),
 # so every doorbell must find exactly its own sequence number.
 slice=1048576
-# Scaling: each client is granted a slice of exactly its writes (every
-# slot written once, as above), and the server a pool of exactly the most
-# clients' slices (--pool-size), so they all fit whatever scale_writes is.
+# Scaling: a client's slice fits exactly its writes, the pool (--pool-size)
+# exactly the most clients' slices, whatever scale_writes is.
 scale_k=64 scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
 ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
@@ -101,8 +100,7 @@ cleanup() {
 		echo "bench: this run's results are in $out" >&2
 }
 trap cleanup EXIT
-# on_signal SIG (stop_on_signals): a run stopped midway publishes nothing,
-# and FINAL keeps the last whole run.
+# on_signal SIG (stop_on_signals): a run stopped midway publishes nothing.
 # shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
 	echo "bench: SIG$1: stopped; nothing is published" >&2 || exec 2>/dev/null
@@ -185,9 +183,8 @@ server_cpu_ns() { sum_first "/proc/$server_pid/task/"*/schedstat; }
 
 # rnr_naks: "receiver not ready" NAKs RDMA_DEV's responders have sent so far,
 # for every QP of the device (a message found the SRQ empty, once per try:
-# the writer's NIC retries it), or "-" where the device has no such counter
-# (the pattern then matches nothing).
-# Not another run's device, made or removed meanwhile: every device's only
+# the writer's NIC retries it), or "-" where it has no such counter.  Not
+# another run's device, made or removed meanwhile: every device's only
 # where RDMA_DEV is unset (RDMA_ADDR given by hand).
 rnr_naks() {
 	# shellcheck disable=SC2206 # a device's name, or the pattern *
@@ -209,9 +206,8 @@ client_run() {
 }
 
 # clients_end FROM NAME...: those client runs, all ended, into logs/clients.out;
-# each must have said "done"; the server's lines from FROM on must hold every
-# doorbell they rang (doorbells_check).  Sets rung (their doorbells, all
-# together) and slowest (the longest of their own times, seconds=).
+# each must have said "done", and doorbells_check FROM all they rang.  Sets
+# rung (their doorbells, all together) and slowest (the longest seconds=).
 clients_end() {
 	local from=$1 name files=()
 	shift
@@ -230,12 +226,11 @@ clients_end() {
 
 server_lines() { wc -l <"$work/server.out"; }
 
-# doorbells_check FROM CLIENTS RUNG: what the server printed from line FROM
-# on, once CLIENTS connections have ended there and their QPs are destroyed
-# (the next run needs their slices back in the pool: up to 2 s later on
-# Linux 6.1, whose rxe never raises LAST_WQE_REACHED): each connection's
-# doorbells said in order, each with value == seq and "ok", and those held
-# back (beyond 10 a second) counted "ok": RUNG in all.
+# doorbells_check FROM CLIENTS RUNG: once CLIENTS connections' QPs are
+# destroyed (the next run needs their slices back: up to 2 s later on 6.1,
+# whose rxe never raises LAST_WQE_REACHED), the server's lines from FROM on
+# must say each one's doorbells in order, value == seq and "ok", and those
+# held back (beyond 10 a second) counted "ok": RUNG in all.
 doorbells_check() {
 	local from=$1 clients=$2 rung=$3 i seen
 	for ((i = 0; i < 100; i++)); do
@@ -430,11 +425,10 @@ cpu_shares() {
 # The headline, against each server, since they cost the writer differently:
 # a doorbell that completes on the event-driven server's armed CQ wakes it
 # (the kernel's completion handler, in the writer's system call or on its
-# CPU), where the tick loop finds it by polling.  Under emulation a whole
-# round runs fast or slow (perftest's list: 22380 to 49405 writes/s in one
-# run on 6.12), so the report compares the client with perftest round by
-# round; and in each round perftest and the two servers take turns at
-# going first, so that none is always the one that starts after a pause.
+# CPU); the tick loop polls.  Under emulation a whole round runs fast or slow
+# (perftest's list: 22380 to 49405 writes/s in one run on 6.12): the report
+# compares the client with perftest round by round, and in each round the
+# three take turns at going first, lest one always start after a pause.
 measure_headline() {
 	local r i turn=(perftest "$ev_server" "$tick_server")
 	for ((r = 1; r <= head_rounds; r++)); do
@@ -449,11 +443,10 @@ measure_headline() {
 	done
 }
 
-# headline_clients ROUND SERVER TAG: SERVER started, the client at W = 1
-# and W = 4 against it (their order changes with the round), stopped; a
-# row of headline.tsv each, "client TAG".  Over each client run (connecting
-# included) the CPUs' shares say whether more doorbells in flight could
-# help: not while one CPU does all the work.
+# headline_clients ROUND SERVER TAG: the client at W = 1 and W = 4 (their
+# order changes with the round) against SERVER, a row "client TAG" each.
+# The CPUs' shares over each client run (connecting included) say whether
+# more doorbells in flight could help: not while one CPU does all the work.
 headline_clients() {
 	local r=$1 tag=$3 w from before after
 	server_start "$2"
@@ -472,10 +465,9 @@ headline_clients() {
 row latency what round median_us p99_us idle_pct
 
 # ib_write_lat's ping-pong, and the client's doorbell round trip against
-# each of latency_servers; then the server's CPU while idle, just after it
-# served: with a busy-poll budget it is still polling then, and must fall
-# asleep within its budget.  Under emulation one client's median swings by
-# 2x from run to run, so every row of the report is a median over many.
+# each of latency_servers, many times (under emulation one client's median
+# swings by 2x from run to run); then the server's CPU while idle just after
+# it served: with a busy-poll budget it must fall asleep within it.
 measure_latency() {
 	local r c entry a b idle rows
 	say "latency"
@@ -556,14 +548,12 @@ measure_scale() {
 
 # scale_row NAME N: N clients at once against the running server (NAME in
 # the table), each scale_writes writes into a slice of its own: the wall
-# time from the first client's start to the last one's end, the server's
-# CPU time and the RNR NAKs over that span, inside which nothing but the
-# clients (and their renice) starts a program.  The clients run at nice
-# 19, standing in for clients on other machines: each busy-polls its CQ
-# while a doorbell is on its way, and 32 at the server's priority on two
-# CPUs would leave the one server thread a 33rd of the time (measured:
-# doorbells then waited over 10 s for an SRQ the server had no time to
-# refill).
+# time from the first client's start to the last one's end, and the server's
+# CPU time and RNR NAKs over it, in which nothing but the clients (and their
+# renice) starts a program.  Nice 19 stands in for other machines: each
+# client busy-polls its CQ while a doorbell is on its way, and 32 at the
+# server's priority on two CPUs would leave its one thread a 33rd of the time
+# (measured: doorbells waited over 10 s for an SRQ it had no time to refill).
 scale_row() {
 	local name=$1 n=$2 i names=() from t0 t1 c0 c1 r0 r1 rung slowest
 	for ((i = 1; i <= n; i++)); do names+=("scale$i"); done

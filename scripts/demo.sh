@@ -55,12 +55,11 @@ start_server() {
 	return 1
 }
 
-# resources WHAT: "rdma resource show WHAT" of this run's device alone.  A
-# dump of every device fails ("Invalid argument") when one of them goes
-# away while the tool walks them (measured in the VM on 6.1 with another
-# device added and deleted in a loop: 5 to 58 dumps in 100); one device's
-# never did (0 in 600).  mr takes its device as "dev DEV", qp and cm_id as
-# "link DEV" (every port).
+# resources WHAT: "rdma resource show WHAT" of this run's device alone: a
+# dump of every device fails ("Invalid argument") when one goes away while
+# the tool walks them (measured in the VM on 6.1, another device added and
+# deleted in a loop: 5 to 58 dumps in 100; one device's: 0 in 600).  mr
+# takes its device as "dev DEV", qp and cm_id as "link DEV" (every port).
 resources() {
 	local by=link
 	[ "$1" != mr ] || by=dev

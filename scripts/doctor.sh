@@ -30,8 +30,7 @@ NODES=/dev/infiniband
 # common/common.h, 4 MiB) plus its receive and reply buffers (8 and 16 KiB
 # at the defaults, in whole pages) with room to spare.  Measured (VmPin in
 # /proc/PID/status, defaults): 4128 KiB event-driven server, 4108 polling,
-# 4 client.  Under --isolation mr each granted slice has a region of its
-# own instead of the pool: never more than the pool in all.
+# 4 client.  --isolation mr pins each granted slice instead: never more in all.
 NEED_KIB=$((4096 + 64)) # the pool, and the buffers with room to spare
 CAP_IPC_LOCK=14 # bit number in /proc/PID/status CapEff (linux/capability.h)
 VM_HINT="make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
@@ -137,10 +136,8 @@ check_device() {
 	ok "$what" "$list"
 }
 
-# rdma link show: "link rxe0/1 state ACTIVE physical_state LINK_UP netdev
-# rxe_t0".  An rxe port is ACTIVE when its netdev is up with a carrier.
-# The port used from here on: the first ACTIVE one, preferring one that is
-# not on lo (see check_address).
+# rdma link show: a line per port (active_ports).  The port used from here
+# on: the first ACTIVE one, preferring one that is not on lo (check_address).
 check_link() {
 	local what='link state' links dev words rest port state netdev first='' down=''
 	[ "${#devices[@]}" -gt 0 ] || { skip "$what" "no RDMA device"; return; }
@@ -277,8 +274,7 @@ check_nodes() {
 }
 
 # ibv_reg_mr pins memory, and the kernel (ib_umem_get) counts every pinned
-# page against RLIMIT_MEMLOCK (ulimit -l) unless the process has
-# CAP_IPC_LOCK: root does, unless its container drops it; others do not.
+# page against RLIMIT_MEMLOCK (ulimit -l) unless the process has CAP_IPC_LOCK.
 check_memlock() {
 	local what=memlock limit hard cap fix limits
 	limit=$(ulimit -S -l) hard=$(ulimit -H -l)

@@ -62,14 +62,12 @@ rping_works() {
 	command -v rping >/dev/null ||
 		{ rping_error="no rping to check with (scripts/deps.sh run installs it)"; return 1; }
 	for _ in 1 2 3; do
-		# A port of its own each time: the one an earlier rping used can
-		# stay bound for a moment after it exits, and then this server
-		# cannot listen.  Below 32768, where the kernel's local port
-		# range starts by default: the CM gives ports from that range to
-		# binds on port 0, as the tests' servers make.
+		# A port of its own each time: an earlier rping's can stay bound
+		# for a moment after it exits.  Below 32768, where the kernel's
+		# local port range starts by default, from which the CM gives
+		# ports to binds on port 0, as the tests' servers make.
 		port=$((20000 + RANDOM % 12768))
-		# --foreground: in the caller's process group, which a Ctrl-C
-		# reaches (timeout(1) otherwise moves to a group of its own).
+		# --foreground: in our process group, which a Ctrl-C reaches.
 		timeout --foreground 30 rping -s -a "$addr" -p "$port" -C 1 >/dev/null 2>&1 &
 		server=$!
 		# The client does not wait for the server to listen: retry while

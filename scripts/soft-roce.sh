@@ -92,10 +92,10 @@ try_existing() {
 }
 
 # own_address: a 198.18.0.0/15 address this machine neither has nor routes
-# but by its default route, so that taking it hides nothing.  Each listing
-# is read whole: ip writes it a line at a time, and a reader that quits at
-# the first match (grep -q) makes ip's next write fail, which pipefail turns
-# into "not there" (two make demo at once took one address so).
+# but by its default route, so that taking it hides nothing.  Listings are
+# read whole: a reader that quits at the first match (grep -q) fails ip's
+# next write, which pipefail turns into "not there" (two make demo at once
+# took one address so).
 own_address() {
 	local a have
 	have=$(ip -4 -o addr show)
@@ -131,11 +131,10 @@ remove_own() {
 # The EXIT trap: what this run made, then the modules it loaded, but none
 # that another run may still use: removing a module takes every device of
 # its kind with it, in use or not (drivers/net/dummy.c deletes every dummy
-# interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).  (rdma_ucm
-# a program loads again: librdmacm asks the kernel for its device node,
-# and ib_get_client_nl_info() in drivers/infiniband/core/device.c loads
-# the module.)  Under the lock a run holds from loading the modules to its
-# devices made: no run is between the two then.
+# interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).  rdma_ucm
+# a program loads again: librdmacm asks the kernel for its device node, and
+# ib_get_client_nl_info() in drivers/infiniband/core/device.c loads it.
+# Under the lock (try_own says why).
 cleanup() {
 	local m user
 	remove_own "$OWN" "$OWN2"
@@ -173,15 +172,13 @@ take_lock() {
 	flock "$lock"
 }
 
-# try_own: step 3.  Sets RDMA_ADDR, RDMA_DEV and how (RDMA_DEV2 and
-# RDMA_ADDR_DEV2 too with SOFT_ROCE_DEVICES=2), or why_not.
+# try_own: step 3.  Sets the RDMA_* variables of step 3 and how, or why_not.
 try_own() {
 	local addr addr2 addr6 err='' name names=("$OWN") addrs=() i status=0
 	[ "$(id -u)" = 0 ] || { why_not="only root can make one (rdma link add)"; return 1; }
 	# Ubuntu keeps rdma_rxe in a package of its own for each kernel.
 	if [ "$(rxe_module)" = none ] && ! err=$("$here/deps.sh" rxe 2>&1); then
-		# deps.sh's last line says why: no package adds it, or the
-		# package manager's own error (no network, a lock).
+		# deps.sh's last line says why (no package, no network, a lock).
 		why_not="this kernel ($(uname -r)) has no rdma_rxe module: ${err##*$'\n'}"
 		return 1
 	fi
@@ -294,10 +291,9 @@ main() {
 	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV${RDMA_DEV2:+ RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2 RDMA_DEV2=$RDMA_DEV2})"
 	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV RDMA_DEV2 RDMA_ADDR_DEV2
 	# Not exec: the EXIT trap may have a device to remove afterwards.  CMD
-	# in the background, so that a signal's trap runs at once (bash runs
-	# it only once the foreground command ends), with our stdin, not the
-	# /dev/null bash gives background commands.  Not being a process group
-	# leader here, setsid does not fork: $! is the new session's ID.
+	# in the background, so that a signal's trap runs at once, with our
+	# stdin (bash gives background commands /dev/null).  Not being a process
+	# group leader here, setsid does not fork: $! is the new session's ID.
 	# shellcheck disable=SC2034 # read by on_signal, which a trap calls
 	cmd_name=$1
 	setsid "$@" <&0 &

@@ -27,11 +27,9 @@ if [ -n "${vm_probe:-}" ]; then
 	shutdown
 fi
 
-# One VM of a pair (vm-pair.sh): Soft-RoCE on each virtio NIC that a cable
-# plugs into, so that every packet really leaves this kernel: rxe0 on the
-# first cable, rxe1 on the second.  Each NIC is the one with the MAC qemu
-# was given; vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per
-# cable, comma separated.
+# One VM of a pair (vm-pair.sh): Soft-RoCE on each cable's virtio NIC, found
+# by the MAC qemu was given, so that every packet really leaves this kernel;
+# vm_nic_macs, vm_nic_addrs and vm_server_addrs list one per cable, with commas.
 rxe_on_cables() {
 	local i=1 mac addr nic
 	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
@@ -96,9 +94,8 @@ chmod +x /bin/modprobe-host
 echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 
 # A VM alone is a machine like any other whose kernel has rdma_rxe: the job
-# brings Soft-RoCE up itself (scripts/soft-roce.sh), and SOFT_ROCE_IN_VM
-# stops it from looking for a VM inside this one.  This is no container,
-# even if the host's files (/.dockerenv) say that the host is one.
+# brings Soft-RoCE up itself (scripts/soft-roce.sh), not in a VM inside this
+# one (SOFT_ROCE_IN_VM), and this is no container, whatever /.dockerenv says.
 RDMA_ENV="SOFT_ROCE_IN_VM=1 container="
 on_host ip link set lo up
 [ -z "${vm_nic_macs:-}" ] || rxe_on_cables

@@ -27,9 +27,8 @@ mirror() {
 	echo "${MIRROR:-${uri:-http://deb.debian.org/debian}}"
 }
 
-# The package is downloaded and unpacked in a staging folder of the cache,
-# which takes the kernel's place only once whole: a fetch that fails or is
-# cut short removes it (the trap is set before the folder exists).
+# A staging folder of the cache takes the kernel's place only once whole: a
+# fetch that fails or is cut short removes it (the trap is set first).
 stage=''
 trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
 

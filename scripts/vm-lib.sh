@@ -102,11 +102,9 @@ find_kernel() {
 
 # kernel_for_vms: where /boot has no kernel the VM can boot (Debian's cloud
 # kernel has no rdma_rxe, a container has no kernel at all), one for the
-# VMs alone.  Where apt and Debian's archive keys are, Debian's kernel,
-# fetched into the cache (scripts/vm-kernel.sh): nothing is installed, so
-# the kernel this machine boots stays the one it had.  Elsewhere, the
-# package of this system that brings one (scripts/deps.sh vm-kernel:
-# installed as root, named otherwise).  Sets vm_ver and vm_root, or dies.
+# VMs alone: with apt and Debian's archive keys, Debian's, fetched into the
+# cache, not installed (this machine boots the kernel it had); elsewhere,
+# this system's package (deps.sh vm-kernel).  Sets vm_ver and vm_root, or dies.
 kernel_for_vms() {
 	local none="no kernel in /boot can boot the Soft-RoCE VM" why="each one's reason is above"
 	[ -n "$(boot_kernels)" ] || why="/boot has none"
@@ -137,8 +135,7 @@ check_prereqs() {
 	find_kernel || kernel_for_vms
 	# A kernel from the cache has its modules shown in the guest over the
 	# host's /lib/modules, which the guest cannot make (the host's root is
-	# read-only to it). A machine with no kernel installed (a container)
-	# has none: make it.
+	# read-only to it); a machine with no kernel (a container) has none.
 	[ "$vm_root" = / ] || [ -d /lib/modules ] || mkdir /lib/modules 2>/dev/null ||
 		die "this machine has no /lib/modules, which the VM's kernel" \
 			"needs to show its modules: sudo mkdir /lib/modules"
@@ -225,8 +222,7 @@ choose_accel() {
 	fi
 	if [ ! -s "$accel_cache" ]; then
 		qemu_cmd kvm vm_probe=1 256 1
-		# --foreground: in this shell's process group, where a Ctrl-C
-		# reaches it (timeout(1) otherwise moves to a group of its own).
+		# --foreground: in our process group, which a Ctrl-C reaches.
 		out=$(timeout --foreground --kill-after=5 "$KVM_PROBE_SECONDS" "${qemu[@]}" \
 			-serial file:/dev/stdout -serial null </dev/null 2>/dev/null) || true
 		# Replaced whole: a run reading it meanwhile never finds it empty.
@@ -249,8 +245,7 @@ choose_accel() {
 vm_prepare() {
 	local path from
 	# These paths go on the kernel command line (split at spaces) and into
-	# qemu options (split at commas): checked before anything is installed
-	# or fetched.
+	# qemu options (split at commas): checked before installing or fetching.
 	for path in "the repository, $repo," "KERNEL_CACHE, $KERNEL_CACHE,"; do
 		[[ ${path#*, } =~ ^[A-Za-z0-9/._+-]+,$ ]] ||
 			die "$path has spaces or other characters qemu options" \
@@ -284,13 +279,12 @@ write_job() {
 }
 
 # boot_vm JOB MEGABYTES CPUS MARK [QEMU_ARGS...]: one VM, until its guest
-# powers off; qemu's exit status (124: VM_TIMEOUT ran out).  The guest's job
-# writes its stdout to qemu's stdout and its stderr, with the kernel's
-# messages, to qemu's stderr: "2>&1 >&3" swaps the two so that both pass
-# through sed, and come out here as they went in, each line after MARK and
-# without the \r that ends serial lines.  JOB is the directory with job.sh,
-# and gets qemu.pid (stop_qemu); the extra QEMU_ARGS add devices, and
-# name=value words in VM_APPEND reach the guest's init.
+# powers off; qemu's exit status (124: VM_TIMEOUT ran out).  JOB, the folder
+# of job.sh, gets qemu.pid (stop_qemu); QEMU_ARGS add devices; name=value
+# words in VM_APPEND reach the guest's init.  The job's stdout is qemu's, and
+# its stderr, with the kernel's messages, qemu's stderr: "2>&1 >&3" swaps the
+# two so that both pass through sed and come out here as they went in, each
+# line after MARK and without the \r that ends serial lines.
 boot_vm() {
 	local job=$1 mem=$2 cpus=$3 edit="s/\r//g; s/^/$4/"
 	local share=security_model=none,multidevs=remap
@@ -308,9 +302,8 @@ boot_vm() {
 }
 
 # stop_qemu JOB [PID]: end the qemu that boot_vm started for JOB, if it still
-# runs (and the PID in JOB/qemu.pid is still a qemu).  A signal can come
-# before qemu has written that file: given PID, the background job that runs
-# boot_vm, this first waits for the file while that job runs.
+# runs (the PID in JOB/qemu.pid is still a qemu).  A signal can come before
+# qemu wrote that file: given PID (boot_vm's job), wait for it while PID runs.
 stop_qemu() {
 	local pid comm
 	while [ -n "${2:-}" ] && [ ! -s "$1/qemu.pid" ] && kill -0 "$2" 2>/dev/null; do

@@ -65,12 +65,11 @@ run_vm() {
 	echo "$status" >"$job/qemu"
 }
 
-# The cables: each a "stream" netdev over a Unix socket of this host where
-# qemu has one (7.2 and later; "auto" takes it there), or the older
-# "socket" netdev over TCP on 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).
-# VM_CABLE names one kind per cable.  Sets server_nets and client_nets
-# (each VM's -netdev, one per cable) and cables_up (a shell command, true
-# once the server VM's qemu listens on every cable).
+# The cables, one kind each in VM_CABLE: a "stream" netdev over a Unix socket
+# of this host where qemu has one (7.2 and later; "auto" takes it there), or
+# the older "socket" netdev over TCP on 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).
+# Sets server_nets and client_nets (each VM's -netdev per cable) and
+# cables_up (a shell command, true once the server VM's qemu listens on all).
 cable_plan() {
 	local kinds kind n=0 port ports=' ' auto=socket
 	read -ra kinds <<<"${VM_CABLE:-auto}"

@@ -38,8 +38,6 @@ give_up() { say "$*" >&2; mark abort "$WIRE_ROLE: $*"; exit 1; }
 mark() { echo "${2:-$(date +%s)}" >"$dir/$1.$WIRE_ROLE.tmp"; mv "$dir/$1.$WIRE_ROLE.tmp" "$dir/$1"; }
 
 # await NAME SECONDS: wait for the other VM's mark; fail if it gave up.
-# Deadlines are in SECONDS of the clock, not in rounds of the loop: under
-# emulation on a busy host, one round can take far longer than its sleep.
 await() {
 	local end=$((SECONDS + $2))
 	while ((SECONDS < end)); do

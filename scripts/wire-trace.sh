@@ -37,9 +37,8 @@ die() { echo "wire-trace: $*" >&2; exit 1; }
 packets() {
 	local args=() f err
 	for f in "${FIELDS[@]}"; do args+=(-e "$f"); done
-	# Only on failure is tshark's stderr worth showing: it warns about
-	# running as root every time.  (Its stdout goes on through fd 3; the
-	# substitution keeps its stderr.)
+	# The substitution keeps tshark's stderr, shown only on failure (it
+	# warns about running as root every time); its stdout goes on via fd 3.
 	{ err=$(tshark -r "$1" -Y 'arp || icmpv6.type == 135 || icmpv6.type == 136 || infiniband' -T fields \
 		-E separator=/t -E occurrence=f "${args[@]}" 2>&1 >&3 3>&-); } 3>&1 && return
 	echo "wire-trace: tshark cannot read $1: $(grep -v 'Running as user' <<<"$err")" >&2

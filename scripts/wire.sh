@@ -50,9 +50,8 @@ parse_options() {
 		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 }
 
-# tie: the lines that tie what the programs printed to what the trace
-# shows of it, from the session's records (wire-trace.sh --raw) on stdin,
-# which awk reads to the end (a reader that quits early fails the writer).
+# tie: the lines that tie what the programs printed to the trace, from the
+# session's records (wire-trace.sh --raw) on stdin, which awk reads whole.
 tie() {
 	local granted
 	granted=$(grep '^granted ' "$out/session/client.out" || true)
@@ -91,10 +90,9 @@ tie() {
 		}' | fold -s -w 78
 }
 
-# chart DIR: the session as a message sequence chart, DIR/session.msc
-# (scripts/wire-chart.awk, from the session's records on stdin and the
-# programs' output), drawn by mscgen into DIR/session.svg and .png; without
-# mscgen, a line that says why there is no picture.
+# chart DIR: the session as a message sequence chart, DIR/session.msc, from
+# its records on stdin and the programs' output, drawn by mscgen into
+# DIR/session.svg and .png, or a line that says why there is no picture.
 chart() {
 	awk -v "cout=$1/session/client.out" -v "sout=$1/session/server.out" \
 		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" \
@@ -123,8 +121,7 @@ on_signal() {
 main() {
 	local status=0
 	parse_options "$@"
-	# This run's own folder, which takes wire-results/'s place when it
-	# ends: two runs at once never mix their files.
+	# This run's own folder, which takes wire-results/'s place when it ends.
 	out=$(run_dir "$final") pair=''
 	stop_on_signals on_signal
 	trap 'publish_dir "$out" "$final" || echo "wire: this run is in $out" >&2' EXIT
