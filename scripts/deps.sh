@@ -87,7 +87,6 @@ main() {
 		return 2
 	fi
 	read_os_release
-
 	# Each wanted need this machine lacks (all, for another system's
 	# os-release) and its packages here; and this system's notes.
 	while read -r purpose need probe rest; do

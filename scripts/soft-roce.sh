@@ -268,7 +268,6 @@ main() {
 	vm) say "mode: vm (SOFT_ROCE_MODE=vm)"; run_in_vm "$@" ;;
 	*) say "SOFT_ROCE_MODE must be host, vm or auto, not '$mode'"; exit 2 ;;
 	esac
-
 	# From here on a device may be made: first the traps that remove it.
 	trap cleanup EXIT
 	stop_on_signals on_signal

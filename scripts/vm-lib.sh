@@ -291,7 +291,6 @@ boot_vm() {
 	local append="vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
 	[ "$vm_root" = / ] || append+=" vm_modules=${vm_root}lib/modules/$vm_ver"
 	shift 4
-
 	qemu_cmd "$vm_accel" "$append" "$mem" "$cpus"
 	{ timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" \
 		-serial file:/dev/stdout -serial file:/dev/stderr \

@@ -163,7 +163,6 @@ main() {
 		WIRE_ROLE=$role VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
 			write_job "$@" >"$pair/$role/job.sh"
 	done
-
 	# The server VM holds the listening end of each cable (and the
 	# recorder); the client VM can plug in only once it listens, which it
 	# must do within 30 s and before its qemu ends.

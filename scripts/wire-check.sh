@@ -82,7 +82,6 @@ main() {
 	((10#${known[every]} > 0)) || die "every=${known[every]}: a doorbell every 0 writes?"
 	((10#${known[granted]} >= 4 && 10#${known[granted]} % 4 == 0)) ||
 		die "granted=${known[granted]}: want a positive multiple of 4"
-
 	# Decoded first, so that a capture tshark cannot read stops here.
 	if [ "$pcap" = - ]; then lines=$(cat); else lines=$("$here/wire-trace.sh" --raw "$pcap"); fi
 	awk "${vars[@]}" -f "$here/wire-lib.awk" -f "$here/wire-check.awk" <<<"$lines"

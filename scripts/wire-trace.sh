@@ -52,7 +52,6 @@ main() {
 	command -v tshark >/dev/null ||
 		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 	[ -r "$1" ] || die "cannot read '$1'"
-
 	records=$(packets "$1" | awk -v "fields=${FIELDS[*]}" \
 		-v "common=$here/../common" -f "$here/wire-lib.awk" -f "$here/wire-decode.awk")
 	[ -n "$records" ] ||
