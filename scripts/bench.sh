@@ -25,9 +25,7 @@ trap 'echo "bench: stopped: line $LINENO: $BASH_COMMAND: exit status $?" >&2' ER
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh, which sets RDMA_ADDR}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/system-lib.sh
 . "$top/scripts/system-lib.sh"
-# shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 
 usage_error() {
@@ -101,7 +99,6 @@ cleanup() {
 }
 trap cleanup EXIT
 # on_signal SIG (stop_on_signals): a run stopped midway publishes nothing.
-# shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
 	echo "bench: SIG$1: stopped; nothing is published" >&2 || exec 2>/dev/null
 	[ "$out" = "$final" ] || rm -rf "$out"

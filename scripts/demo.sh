@@ -9,13 +9,11 @@ set -euo pipefail
 
 : "${RDMA_ADDR:?run this through scripts/soft-roce.sh}" "${RDMA_DEV:?run this through scripts/soft-roce.sh}"
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 server=${DEMO_SERVER:-rdma_srq_pool_server_ev}
 client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100 --step)
 port=7471
 server_pid='' client_pid='' out=''
-# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	[ -z "$client_pid" ] || kill "$client_pid" 2>/dev/null || true
 	[ -z "$server_pid" ] || kill -INT "$server_pid" 2>/dev/null || true

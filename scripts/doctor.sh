@@ -19,9 +19,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=scripts/rdma-lib.sh
 . "$here/rdma-lib.sh"
-# shellcheck source=scripts/system-lib.sh
 . "$here/system-lib.sh"
 
 SYSFS=/sys/class/infiniband

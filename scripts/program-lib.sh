@@ -1,4 +1,3 @@
-# shellcheck shell=bash
 # program-lib.sh: waiting for what a program of this project says, and
 # stopping it, done one way by everything that starts one in the background:
 # the tests (tests/lib.sh), make demo, make bench and make wire.

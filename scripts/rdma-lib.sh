@@ -1,4 +1,3 @@
-# shellcheck shell=bash
 # rdma-lib.sh: what this machine's RDMA offers, asked the same way by
 # soft-roce.sh, doctor.sh and tests/run.sh.  Sourced; changes nothing.
 #

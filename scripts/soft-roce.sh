@@ -32,9 +32,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=scripts/rdma-lib.sh
 . "$here/rdma-lib.sh"
-# shellcheck source=scripts/system-lib.sh
 . "$here/system-lib.sh"
 
 # One name for this run's interface and device: 15 characters at most,
@@ -151,9 +149,7 @@ cleanup() {
 }
 
 # on_signal SIG: stop CMD's session and remove what this run made.
-# shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
-	# shellcheck disable=SC2016 # the quotes are words of the message
 	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made" ||
 		exec 2>/dev/null
 	[ -z "$cmd_sid" ] || stop_session "$cmd_sid"

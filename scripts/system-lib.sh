@@ -1,4 +1,3 @@
-# shellcheck shell=bash
 # system-lib.sh: which system this is, its names for what the project needs
 # (scripts/packages.txt), and a run's locks, folders, signals and stops.
 #

@@ -14,7 +14,6 @@
 set -euo pipefail
 
 vm_prog=vm-kernel
-# shellcheck source=scripts/vm-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
 # The Debian mirror this system already uses, else Debian's own.

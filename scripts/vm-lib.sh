@@ -1,10 +1,8 @@
-# shellcheck shell=bash
 # vm-lib.sh: what the Soft-RoCE VMs share, sourced by vm-run.sh (one VM; its
 # header says what a VM sees of this machine) and vm-pair.sh (two VMs on one
 # virtual cable).  VM_KERNEL=VERSION: the kernel (find_kernel, kernel_root);
 # VM_ACCEL=kvm|tcg: the accelerator, without choose_accel's probe.
 
-# shellcheck source=scripts/system-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/system-lib.sh"
 
 vm_prog=${vm_prog:-vm-run}

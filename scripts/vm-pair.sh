@@ -35,7 +35,6 @@
 set -euo pipefail
 
 vm_prog=vm-pair
-# shellcheck source=scripts/vm-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
 VM_GRACE=${VM_GRACE:-60}

@@ -20,13 +20,11 @@
 set -euo pipefail
 
 vm_prog=vm-run
-# shellcheck source=scripts/vm-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
 # Set in main, and read by the EXIT trap after main has returned.
 job='' vm_pid=''
 
-# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	[ -n "$job" ] || return 0
 	stop_qemu "$job" "$vm_pid"

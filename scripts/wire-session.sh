@@ -20,7 +20,6 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 via='run this through scripts/vm-pair.sh, which sets it'
 : "${RDMA_ADDR:?$via}" "${RDMA_ADDR6:?$via}" "${WIRE_ROLE:?$via}"
-# shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 dir=${1:?usage: wire-session.sh DIR}
 READY_TIMEOUT=120 # seconds for the other VM to boot and its servers to listen

@@ -16,7 +16,6 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/system-lib.sh
 . "$top/scripts/system-lib.sh"
 final=$top/wire-results
 PORT=7471
@@ -110,7 +109,6 @@ chart() {
 # on_signal SIG (stop_on_signals): the VMs stopped by vm-pair.sh's own
 # handler, on SIGTERM (a command in the background has SIGINT ignored), and
 # this run's folder removed: nothing half-written is published.
-# shellcheck disable=SC2317 # run by the signal traps
 on_signal() {
 	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 ||
 		exec 2>/dev/null

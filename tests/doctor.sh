@@ -41,7 +41,6 @@ test_doctor_passes() {
 test_doctor_no_device() {
 	local t=doctor/no_device status=0 out=$work/nodev.out why=''
 	needs_root "$t" "hide the device in a mount namespace" || return 0
-	# shellcheck disable=SC2016 # expanded by sh
 	doctor_run nodev unshare --mount sh -c \
 		'for d in /sys/class/infiniband /sys/class/infiniband_verbs /dev/infiniband; do
 			mount -t tmpfs none "$d" || exit 1

@@ -11,17 +11,11 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
 report_stage=e2e
-# shellcheck source=tests/lib.sh
 . "$top/tests/lib.sh"
-# shellcheck source=tests/basic.sh
 . "$top/tests/basic.sh"
-# shellcheck source=tests/robust.sh
 . "$top/tests/robust.sh"
-# shellcheck source=tests/hostile.sh
 . "$top/tests/hostile.sh"
-# shellcheck source=tests/doctor.sh
 . "$top/tests/doctor.sh"
-# shellcheck source=tests/cm_retry.sh
 . "$top/tests/cm_retry.sh"
 trap cleanup EXIT
 

@@ -10,9 +10,7 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/rdma-lib.sh
 . "$top/scripts/rdma-lib.sh"
-# shellcheck source=scripts/system-lib.sh
 . "$top/scripts/system-lib.sh"
 no_rdma() { [ -z "$(active_ports)" ] && [ "$(rxe_module)" = none ]; }
 if no_rdma && [ "$(id -u)" = 0 ]; then "$top/scripts/deps.sh" rxe >&2 || true; fi
@@ -26,7 +24,6 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/host-mode.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 report_prefix=host_mode/ report_stage=e2e
-# shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
 
 # Ctrl-C, SIGTERM or SIGHUP: what the tests started is stopped (each
@@ -257,7 +254,6 @@ test_demo_beside_churn() {
 	# Down: a device on it is no ACTIVE port a run could take for its own.
 	ip link add "$dev" type dummy
 	when_finished "ip link delete $dev"
-	# shellcheck disable=SC2016 # expanded by sh
 	sh -c 'while :; do rdma link add "$1" type rxe netdev "$1" && echo added
 		sleep 0.1; rdma link delete "$1"; sleep 0.1; done' sh "$dev" >"$dir/adds" 2>&1 &
 	churn=$!
@@ -282,7 +278,6 @@ test_overlapping_runs() {
 	mkdir "$dir"
 	modules_restore
 	before=$(machine_state)
-	# shellcheck disable=SC2016 # expanded by sh
 	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/first.log" 2>&1 &
 	first=$!
@@ -345,7 +340,6 @@ test_stopped() {
 test_beside_another_run() {
 	local t=beside_another_run dir=$work/beside other status=0 why=''
 	mkdir "$dir"
-	# shellcheck disable=SC2016 # expanded by sh
 	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/other.log" 2>&1 &
 	other=$!
@@ -420,7 +414,6 @@ test_lock_not_users() {
 	rm -f "$lock" "$lock.held"
 	# Each step only once the last worked: .held must mean the lock is held.
 	# (nobody's own group, by number, whatever this system calls it.)
-	# shellcheck disable=SC2016 # the user's shell expands them
 	setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups bash -c \
 		': >>"$1" && exec 9<"$1" && flock 9 && : >"$1.held" && exec sleep 600' _ "$lock" 2>"$work/holder.err" &
 	holder=$!
@@ -443,7 +436,6 @@ test_lock_not_users() {
 test_no_free_address() {
 	local t=soft_roce/no_free_address status=0 last before why
 	before=$(machine_state)
-	# shellcheck disable=SC2016 # expanded by the namespace's bash
 	unshare -n bash -c 'seq -f "addr add 198.18.0.%g/32 dev lo" 254 | ip -batch - &&
 		exec "$1" true' _ "$top/scripts/soft-roce.sh" >"$work/nofree.log" 2>&1 || status=$?
 	last=$(tail -n 1 "$work/nofree.log")

@@ -2,9 +2,7 @@
 # What the end-to-end tests share.  Sourced by e2e.sh, which sets top, work
 # (a scratch directory) and RDMA_ADDR.
 
-# shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
-# shellcheck source=scripts/program-lib.sh
 . "$top/scripts/program-lib.sh"
 
 client=$top/rdma_pool_client

@@ -1,4 +1,3 @@
-# shellcheck shell=bash
 # report-lib.sh: how every stage of make test reports its tests in TAP (the
 # Test Anything Protocol), which prove and tests/run.sh read.  First the plan,
 # "1..N": the N tests tests/plan.txt names for the stage (report_plan).  Then

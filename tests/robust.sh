@@ -89,7 +89,6 @@ test_server_args() {
 	[ "$s" != rdma_srq_pool_server_ev ] ||
 		expect_error "$t/busy_poll_too_long" 5 "bad busy-poll time '1000001'" "$top/$s" --busy-poll-us 1000001
 	expect_error "$t/extra_argument" 5 "unexpected argument 'extra'" "$top/$s" extra
-	# shellcheck disable=SC2016 # expanded by sh
 	needs_root "$t/no_rdma_device" "hide the device in a mount namespace" &&
 		expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" unshare --mount sh -c \
 		'mount -t tmpfs none /sys/class/infiniband_verbs &&

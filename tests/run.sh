@@ -9,7 +9,6 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=scripts/system-lib.sh
 . scripts/system-lib.sh
 harness=''
 
@@ -25,7 +24,6 @@ stop_on_signals on_signal
 # its own, which on_signal stops whole (not a process group leader here, setsid
 # makes no new process: $! is the session's ID).  The console's formatter, as
 # on a terminal: a file's or a pipe's holds a stage's lines back until it ends.
-# shellcheck disable=SC2016 # Perl's
 setsid perl -MTAP::Harness -MList::Util=max -e '
 	my $all = TAP::Harness->new({ verbosity => 1, exec => [],
 		formatter_class => "TAP::Formatter::Console" })->runtests(@ARGV);

@@ -35,11 +35,8 @@ stand_in() {
 	chmod +x "$1"
 }
 report_prefix=systems/ report_stage=systems
-# shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
-# shellcheck source=scripts/rdma-lib.sh
 . "$top/scripts/rdma-lib.sh"
-# shellcheck source=scripts/system-lib.sh
 . "$top/scripts/system-lib.sh"
 
 KVER=$(uname -r)
@@ -160,7 +157,6 @@ doctor_fix() {
 	if [ "$(rxe_module)" != none ]; then
 		needs_root "doctor/$name" "hide this kernel's rdma_rxe in a mount namespace" || return 0
 		# This kernel's version, from here: ENV may stand uname in.
-		# shellcheck disable=SC2016 # expanded by sh
 		hide=(unshare --mount sh -c 'mount -t tmpfs none /sys/module &&
 			mount -t tmpfs none "/lib/modules/$1" && shift && exec "$@"' sh "$(uname -r)")
 	fi
@@ -178,7 +174,6 @@ test_doctor_fixes() {
 	# Debian's cloud kernel is built without rdma_rxe (its
 	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
 	# kernel has it: uname -r is stood in for.
-	# shellcheck disable=SC2016 # expanded by that sh
 	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' "$(command -v uname)"
 	doctor_fix debian_cloud debian-12 "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo $APT linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
 		PATH="$work/cloud:$PATH"
@@ -278,7 +273,6 @@ test_flags_changed_while_waiting() {
 	"${plain[@]}" make -s -C "$d" build/flags "${ours[@]}" >"$d/flags.out" 2>&1 ||
 		{ fail "$t" "make build/flags failed: $(tail -n 2 "$d/flags.out" | paste -sd'|')"; return; }
 	rm -f "$d/locked" "$d/go"
-	# shellcheck disable=SC2016 # the holder's shell expands them
 	timeout 300 bash -c 'exec 9>>"$1/build/lock" && flock -x 9 && touch "$1/locked" || exit
 		while [ ! -e "$1/go" ]; do sleep 0.1; done
 		echo other-flags >"$1/build/flags" && flock -s 9 && sleep 8
@@ -302,7 +296,6 @@ test_no_network() {
 	local out=$work/nonet.out status=0 why=''
 	[[ $(id -u) = 0 && -d /var/lib/dpkg && -n $(type -P apt-get) ]] ||
 		{ skip no_network "needs root and apt, to run apt-get with no network"; return; }
-	# shellcheck disable=SC2016 # expanded by sh
 	PKG_CONFIG_LIBDIR=/nonexistent unshare --mount --net sh -c '
 		mount -t tmpfs none /var/lib/apt/lists && mkdir /var/lib/apt/lists/partial &&
 		mount -t tmpfs none /var/lib/dpkg && mkdir /var/lib/dpkg/info /var/lib/dpkg/updates &&
@@ -456,7 +449,6 @@ packaging_meaning() (
 	PACKAGES_TABLE=$1 OS_RELEASE=$fixtures/$2
 	read_os_release
 	local need probe pkgs pkg path found bringers shipped
-	# shellcheck disable=SC2016 # $KVER is the packaging file's word
 	shipped=$(sed 's/#.*//; s/\$KVER/'"$KVER"'/g' "$3" 2>/dev/null | awk 'NF == 2')
 	while read -r _ need probe _; do
 		[ "$probe" != - ] || continue
@@ -510,7 +502,6 @@ test_vm_kernel_failed_fetch() {
 # that takes 2 s and notes, by mkdir, if another runs) never runs in both.
 test_vm_kernel_two_at_once() {
 	local t=vm_kernel/two_at_once_take_turns bin=$work/slow-apt cache=$work/kernels2 i pids=() why=''
-	# shellcheck disable=SC2016 # expanded by the stand-in
 	stand_in "$bin/apt-get" '#!/bin/sh\nb=%q\nmkdir "$b/busy" 2>/dev/null || echo overlap >>"$b/overlaps"\nsleep 2; rmdir "$b/busy"\n' "$bin"
 	stand_in "$bin/apt-cache" '#!/bin/sh\necho "Depends: linux-image-0.0-fake"\n'
 	for i in 1 2; do
@@ -553,10 +544,8 @@ no_rxe_in_boot() {
 	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got why=''
 	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
 	rm -f "$work/installs"
-	# shellcheck disable=SC2016 # expanded by the stand-in
 	stand_in "$bin/apt-get" '#!/bin/sh\nfor a; do [ "$a" != install ] || { echo "apt-get $*" >>%q; exit 1; }; done\nexec %q "$@"\n' \
 		"$work/installs" "$apt"
-	# shellcheck disable=SC2016 # expanded by sh
 	unshare --mount sh -c 'ver=$1; shift
 		mkdir -p /lib/modules && mount -t tmpfs none /boot &&
 			mount -t tmpfs none /lib/modules || exit

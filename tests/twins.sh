@@ -32,7 +32,6 @@ OWN_EV="poll_timeout replies_open cq_event reply_buffer_put"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 report_prefix=twins/ report_stage=twins
-# shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
 report_plan
 

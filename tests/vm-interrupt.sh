@@ -9,10 +9,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/vm-lib.sh
 . "$top/scripts/vm-lib.sh"
 report_stage=vm_interrupt
-# shellcheck source=tests/report-lib.sh
 . "$top/tests/report-lib.sh"
 out=$(mktemp -d "${TMPDIR:-/tmp}/vm-interrupt.XXXXXX")
 trap 'rm -rf "$out"' EXIT

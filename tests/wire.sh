@@ -13,7 +13,6 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$top/build"
 dir=$(mktemp -d "$top/build/wire-test.XXXXXX")
 work=$dir pcap=$dir/cable.pcap report_stage=wire
-# shellcheck source=tests/lib.sh
 . "$top/tests/lib.sh"
 # Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY.
 # The first writes more than its slice has slots (4096 bytes: 1024), so
@@ -133,7 +132,6 @@ main() {
 	fi
 	echo "$PLAN" >"$dir/plan"
 	# The first cable, the one recorded, is of the kind make wire takes.
-	# shellcheck disable=SC2016 # expanded by bash in the VMs
 	VM_CABLE="auto socket" VM_TIMEOUT=${WIRE_VM_TIMEOUT:-300} \
 		"$top/scripts/vm-pair.sh" --pcap "$pcap" bash -c '"$1" "$2" && exec "$3"' \
 		wire-job "$top/scripts/wire-session.sh" "$dir" "$top/tests/cable-ping.sh" \
@@ -165,7 +163,6 @@ main() {
 # The IPv6 session in the trace: the client asks for the server's MAC by
 # neighbour discovery (IPv6's ARP, from its link-local address), and its CM
 # ConnectRequest goes over RoCE v2 from its IPv6 address to the server's.
-# shellcheck disable=SC2016 # awk's fields, in awk programs run by pass_if
 test_ipv6_trace() {
 	local t=wire/ipv6/trace server=fd52:444d:4200::1 client=fd52:444d:4200::2
 	pass_if "$t/neighbour_discovery" "no neighbour solicitation for $server: $(grep -c . <<<"$raw") records" \
