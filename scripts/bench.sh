@@ -314,23 +314,26 @@ perftest() {
 	die "$tool $* failed three times: $(tail -n 3 "$work/$name.out")"
 }
 
-# The row of numbers under perftest's "#bytes" header.
-perftest_row() { grep -A1 '#bytes' "$1" | tail -n 1; }
+# measured TOOL NAME AWK WHAT ARGS...: perftest, then AWK on the row under
+# its "#bytes" header into figures; run again, twice at most, while AWK
+# prints nothing ("TOOL ARGS WHAT").
+measured() {
+	local tool=$1 name=$2 prog=$3 what=$4 try
+	shift 4
+	for try in 1 2 3; do
+		perftest "$tool" "$name" "$@"
+		figures=$(grep -A1 '#bytes' "$work/$name.out" | tail -n 1 | awk "$prog") || figures=''
+		[ -z "$figures" ] || return 0
+		say "$tool $* $what (try $try; see logs/perftest.out)"
+	done
+	die "$tool $* $what three times"
+}
 
 # write_bw NAME ARGS...: ib_write_bw's run NAME; its writes/s (its MsgRate,
-# in millions of packets, here writes, per second) into rate.  A run that
-# completed with 0 for every figure (seen on 6.1), or with no row of
-# figures (as write_lat), is run again, twice at most.
+# in millions of packets, here writes, per second); none from a run that
+# completed with 0 for every figure (seen on 6.1).
 write_bw() {
-	local name=$1 try
-	shift
-	for try in 1 2 3; do
-		perftest ib_write_bw "$name" "$@"
-		rate=$(perftest_row "$work/$name.out" | awk '{ printf "%.0f", $5 * 1e6 }') || rate=0
-		[ "$rate" = 0 ] || return 0
-		say "ib_write_bw $* reported 0 writes/s or none (try $try; see logs/perftest.out)"
-	done
-	die "ib_write_bw $* reported 0 writes/s or none three times"
+	measured ib_write_bw "$1" '$5 * 1e6 > 0.5 { printf "%.0f", $5 * 1e6 }' 'reported 0 writes/s or none' "${@:2}"
 }
 
 # write_bw_list K: ib_write_bw at its best, as the client posts: K writes
@@ -339,22 +342,6 @@ write_bw() {
 # K > 64 the queue is 2K deep: two lists in flight, as at K = 64.
 write_bw_list() { write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128)); }
 
-# write_lat: ib_write_lat's ping-pong; its t_typical (the median) and 99%
-# percentile, in µs, tab-separated, into lat_row; run again, twice at most,
-# if they are not both positive (seen on 6.1, two benches at once).
-write_lat() {
-	local try
-	for try in 1 2 3; do
-		perftest ib_write_lat lat -s 4 -n "$lat_doorbells"
-		lat_row=$(perftest_row "$work/lat.out" |
-			awk '$5 + 0 > 0 && $8 + 0 > 0 { print $5 "\t" $8 }') || lat_row=''
-		[ -z "$lat_row" ] || return 0
-		say "ib_write_lat gave no positive median and p99 (try $try):" \
-			"'$(perftest_row "$work/lat.out")' (see logs/perftest.out)"
-	done
-	die "ib_write_lat -s 4 -n $lat_doorbells gave no positive median and p99 three times"
-}
-
 # row TABLE FIELD...: one line of tab-separated fields at the end of
 # OUTDIR/TABLE.tsv (the first, each table's header, makes the file).
 row() { local IFS=$'\t'; printf '%s\n' "${*:2}" >>"$out/$1.tsv"; }
@@ -362,18 +349,18 @@ row rates what k window round writes_per_s
 
 # The message rates, all against the event-driven server, round after round.
 measure_rates() {
-	local r k w rate step
+	local r k w step
 	server_start "$ev_server"
 	for ((r = 1; r <= rounds; r++)); do
 		say "rates, round $r of $rounds"
 		# perftest at its defaults: one write per ibv_post_send(), a
 		# completion asked for every 100th (-Q 100), 128 in flight.
 		write_bw bw -s 4 -n "$writes"
-		row rates ib_write_bw - - "$r" "$rate"
+		row rates ib_write_bw - - "$r" "$figures"
 		# And at its best, as the client posts (write_bw_list).
 		for k in "${ks[@]}"; do
 			write_bw_list "$k"
-			row rates "ib_write_bw -l -Q" "$k" - "$r" "$rate"
+			row rates "ib_write_bw -l -Q" "$k" - "$r" "$figures"
 		done
 		for k in "${ks[@]}"; do
 			for w in "${windows[@]}"; do
@@ -432,7 +419,7 @@ measure_headline() {
 		say "headline, round $r of $head_rounds"
 		for ((i = 0; i < 3; i++)); do
 			case ${turn[(r + i) % 3]} in
-			perftest) write_bw_list "$head_k"; row headline "ib_write_bw -l -Q" "$head_k" - "$r" "$rate" - - ;;
+			perftest) write_bw_list "$head_k"; row headline "ib_write_bw -l -Q" "$head_k" - "$r" "$figures" - - ;;
 			"$ev_server") headline_clients "$r" "$ev_server" ev ;;
 			*) headline_clients "$r" "$tick_server" tick ;;
 			esac
@@ -468,8 +455,11 @@ row latency what round median_us p99_us idle_pct
 measure_latency() {
 	local r c entry a b idle rows
 	say "latency"
-	write_lat
-	row latency ib_write_lat 1 "$lat_row" -
+	# ib_write_lat's t_typical (the median) and 99% percentile, in µs, run
+	# again unless both are positive (seen on 6.1, two benches at once).
+	measured ib_write_lat lat '$5 + 0 > 0 && $8 + 0 > 0 { print $5 "\t" $8 }' \
+		'gave no positive median and p99' -s 4 -n "$lat_doorbells"
+	row latency ib_write_lat 1 "$figures" -
 	for ((r = 1; r <= lat_rounds; r++)); do
 		for entry in "${latency_servers[@]}"; do
 			say "latency, round $r of $lat_rounds: $entry"
