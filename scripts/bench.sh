@@ -254,7 +254,6 @@ doorbells_check() {
 	doorbells_checked=$((doorbells_checked + rung))
 }
 
-# client_checked NAME ARGS...: client_run, then clients_end.
 client_checked() {
 	local from
 	from=$(($(server_lines) + 1))
@@ -267,10 +266,7 @@ client_checked() {
 clients_at_once() {
 	local prefix=$1 n=$2 i pids=() status=0
 	shift 2
-	for ((i = 1; i <= n; i++)); do
-		client_run "$prefix$i" "$@" &
-		pids+=($!)
-	done
+	for ((i = 1; i <= n; i++)); do client_run "$prefix$i" "$@" & pids+=($!); done
 	for i in "${pids[@]}"; do wait "$i" || status=$?; done
 	((status == 0)) || echo "bench: a client exited with status $status" >&2
 	return "$status"
@@ -329,7 +325,8 @@ measured() {
 # in millions of packets, here writes, per second); none from a run that
 # completed with 0 for every figure (seen on 6.1).
 write_bw() {
-	measured ib_write_bw "$1" '$5 * 1e6 > 0.5 { printf "%.0f", $5 * 1e6 }' 'reported 0 writes/s or none' "${@:2}"
+	measured ib_write_bw "$1" '$5 * 1e6 > 0.5 { printf "%.0f", $5 * 1e6 }' \
+		'reported 0 writes/s or none' "${@:2}"
 }
 
 # write_bw_list K: ib_write_bw at its best, as the client posts: K writes
@@ -510,7 +507,6 @@ measure_cpu() {
 
 row scale server clients writes doorbells wall_s cpu_s slowest_s rnr_naks
 
-# How each server copes with more clients at once.
 measure_scale() {
 	local entry n
 	for entry in "${scale_servers[@]}"; do
