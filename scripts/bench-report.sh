@@ -49,6 +49,7 @@ latency_table() {
 }
 
 heading() { printf '## %s\n\n' "$*"; }
+para() { printf '%s\n\n' "$*"; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
@@ -126,7 +127,7 @@ headline_section() {
 		done
 	done
 	echo
-	echo "Each round: perftest's run, and for each server the client at W=1 and W=4 against" \
+	para "Each round: perftest's run, and for each server the client at W=1 and W=4 against" \
 		"it, $writes writes each run; these three take turns at going first. writes/s:" \
 		"the median (lowest-highest). Round by round: the client's writes/s over" \
 		"perftest's in the same round; the median of the $n ratios and the interval that" \
@@ -137,18 +138,15 @@ headline_section() {
 		"connecting included (/proc/stat), the median over the rounds; one CPU busy and" \
 		"the others idle means the work runs on one CPU, and more doorbells in flight (W)" \
 		"cannot spread it."
-	echo
 }
 
 {
-	echo "# make bench: results"
-	echo
-	[ "$mode" = smoke ] && echo "**Smoke run** (make test): too small to mean anything." && echo
-	[ "$mode" = headline ] && echo "**The headline alone** (bench.sh --headline)." && echo
+	para "# make bench: results"
+	[ "$mode" = smoke ] && para "**Smoke run** (make test): too small to mean anything."
+	[ "$mode" = headline ] && para "**The headline alone** (bench.sh --headline)."
 	echo "- When: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$(dirname "$0")/.." describe --always --dirty 2>/dev/null || echo unknown)"
 	echo "- Where: $where"
-	echo "- Doorbells checked on the server side: $checked, every one in order with value == seq."
-	echo
+	para "- Doorbells checked on the server side: $checked, every one in order with value == seq."
 	headline_section
 } >"$out/results.md"
 [ "$mode" != headline ] || exit 0
@@ -161,9 +159,8 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 
 {
 	heading "Message rate: 4-byte RDMA WRITEs, against rdma_srq_pool_server_ev"
-	echo "Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
+	para "Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
 		"every configuration ran once per round, in turn."
-	echo
 	head='| writer | K |' rule='|---|---:|' pt='| ib_write_bw -s 4 -R | - |'
 	for w in "${wins[@]}"; do
 		head+=" writes/s (W=$w) | ratio |" rule+='---:|---:|'
@@ -180,9 +177,8 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 	done
 	echo
 	echo "writes/s: the median (lowest-highest) over the rounds; ratio: of the medians."
-	echo "K: a doorbell every K writes. W: doorbells in flight (--window);" \
+	para "K: a doorbell every K writes. W: doorbells in flight (--window);" \
 		"W=1 waits for each doorbell's completion before posting the next batch."
-	echo
 	heading "Against perftest at its best: K writes per post, a completion every K"
 	head='| K | ib_write_bw -s 4 -R -l K -Q K |' rule='|---:|---:|'
 	for w in "${wins[@]}"; do head+=" rdma_pool_client W=$w |" rule+='---:|'; done
@@ -202,12 +198,11 @@ step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 	echo "client's best ÷ perftest's: of the medians; round by round: in each" \
 		"round, the client's better W over perftest's run of that round," \
 		"their median (lowest-highest)."
-	echo "Per ibv_post_send() (on rxe, one write(2) to the kernel whatever the list's length:" \
+	para "Per ibv_post_send() (on rxe, one write(2) to the kernel whatever the list's length:" \
 		"post_send_db() in rdma-core's providers/rxe): ib_write_bw at its defaults posts" \
 		"one write and asks for a completion every 100; with -l K -Q K it posts a list of" \
 		"K writes and asks for one completion per list; the client posts K writes, K-1" \
 		"unsignaled and the doorbell signaled, in one call."
-	echo
 	heading "What each step is worth (K=$step_k, W=1 unless said)"
 	echo "| client options | inline | one post per batch | W | writes/s | ratio to ib_write_bw |"
 	echo "|---|---|---|---:|---:|---:|"
@@ -236,10 +231,9 @@ EOF
 		}
 	}'
 	echo
-	echo "Each server: $lat. Median and p99: the medians over all its clients'" \
+	para "Each server: $lat. Median and p99: the medians over all its clients'" \
 		"(in brackets, the lowest and highest median). Idle: the server's CPU" \
 		"time (from /proc/PID/schedstat) in the seconds after the client left."
-	echo
 	latency_table | awk -F'\t' -v ev="rdma_srq_pool_server_ev --busy-poll-us $busy_default" -v tick=rdma_pool_server '
 		$1 == ev { em = $2; ep = $5; ei = $6 }
 		$1 == tick { tm = $2; tp = $5 }
@@ -255,8 +249,7 @@ EOF
 				ei, (ei + 0 < 1) ? "met" : "NOT met"
 		}'
 	echo
-	echo "![round trip and idle CPU against the busy-poll budget](busy_poll.png)"
-	echo
+	para "![round trip and idle CPU against the busy-poll budget](busy_poll.png)"
 	heading "Server CPU time (user + system, from /proc/PID/stat)"
 	echo "| server | idle: seconds | CPU s | % of a core | load: seconds | CPU s | % of a core |"
 	echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -264,10 +257,8 @@ EOF
 		printf "| %s | %s | %s | %.1f | %s | %s | %.1f |\n", $1, $2, $3,
 			100 * $3 / $2, $4, $5, ($4 > 0 ? 100 * $5 / $4 : 0) }' "$out/cpu.tsv"
 	echo
-	echo "Idle: nobody connected. Load: $load, all at once."
-	echo
-	echo "![writes/s against K](writes_per_s.png)"
-	echo
+	para "Idle: nobody connected. Load: $load, all at once."
+	para "![writes/s against K](writes_per_s.png)"
 	heading "Scaling with clients, all at once"
 	echo "| server | clients | writes/s | doorbells/s | server CPU s per 1000 doorbells | server % of a core | slowest client s | RNR NAKs |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -276,14 +267,13 @@ EOF
 			$3 / $5, $4 / $5, 1000 * $6 / $4, 100 * $6 / $5, $7, $8
 	}' "$scale"
 	echo
-	echo "Each client: $scaling. writes/s and doorbells/s: all the clients' together, over" \
+	para "Each client: $scaling. writes/s and doorbells/s: all the clients' together, over" \
 		"the wall time from the first client's start to the last one's end (each client's" \
 		"start-up and connection included); the server's CPU time (from" \
 		"/proc/PID/schedstat) is over the same span. Slowest client: the longest of the" \
 		"clients' own stream times, first write to last doorbell. RNR NAKs: the rise of" \
 		"the device's send_rnr_err counter, every \"receiver not ready\" NAK its responders" \
 		"sent, for every QP on it (a doorbell retried counts once per try; a REQ_ALLOC too)."
-	echo
 	echo "![aggregate writes/s against clients](scale.png)"
 } >>"$out/results.md"
 
