@@ -563,17 +563,11 @@ printf '%s=%q\n' writes "$writes" \
 	busy_default "$busy_default" \
 	where "kernel $(uname -r), $(nproc) CPUs, device ${RDMA_DEV:-$(cd /sys/class/infiniband && echo *)} at $RDMA_ADDR" >"$out/run.env"
 measure_headline
-if [ "$mode" != headline ]; then
-	measure_rates
-	measure_latency
-	measure_cpu
-	measure_scale
-fi
+[ "$mode" = headline ] || { measure_rates; measure_latency; measure_cpu; measure_scale; }
 say "doorbells checked: $doorbells_checked, all in order with value == seq"
 
 "$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$mode"
 publish_dir "$out" "$final" || die "cannot put $out in $final's place"
-out=$final
-plots=", $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
-[ "$mode" != headline ] || plots=''
+out=$final plots=''
+[ "$mode" = headline ] || plots=", $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
 say "wrote $out/results.md$plots"
