@@ -77,7 +77,6 @@ ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
 servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
 [ "$mode" != smoke ] || scale_servers=("$tick_server" "$ev_server")
-port=         # the server's that runs: the CM picks it (--port 0)
 # perftest's, a fresh one per pair: one bench at a time holds a lock, but
 # root's and a user's are two locks (lock_dir), so each has ports of its own.
 pt_port=18600
@@ -153,8 +152,7 @@ server_stop() {
 	[ "$status" = 0 ] || die "the server exited with status $status (124: still running 20 s after SIGINT): $(tail -n 3 "$work/server.err")"
 }
 
-# server_log: what the server said, once it has ended, into logs/servers.out:
-# its stdout, then its stderr (its errors, MISMATCH among them).
+# server_log: the ended server's stdout, then its errors (MISMATCH among them).
 server_log() { cat "$work/server.out" "$work/server.err" >>"$out/logs/servers.out"; }
 
 # server_cpu: user + system CPU time of the server so far, in clock ticks
@@ -340,7 +338,6 @@ write_bw_list() { write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ?
 row() { local IFS=$'\t'; printf '%s\n' "${*:2}" >>"$out/$1.tsv"; }
 row rates what k window round writes_per_s
 
-# The message rates, all against the event-driven server, round after round.
 measure_rates() {
 	local r k w step
 	server_start "$ev_server"
