@@ -252,12 +252,7 @@ doorbells_check() {
 	doorbells_checked=$((doorbells_checked + rung))
 }
 
-client_checked() {
-	local from
-	from=$(($(server_lines) + 1))
-	client_run "$@"
-	clients_end "$from" "$1"
-}
+client_checked() { local from; from=$(($(server_lines) + 1)); client_run "$@"; clients_end "$from" "$1"; }
 
 # clients_at_once PREFIX N ARGS...: N clients, PREFIX1 to PREFIXN, all at
 # once, each with ARGS (client_run); fails if one does, once all have ended.
@@ -372,10 +367,7 @@ row headline what k window round writes_per_s busiest_cpu_busy_pct others_idle_p
 
 # cpu_times: each CPU's line of /proc/stat (cpuN user nice system idle
 # iowait irq softirq steal ...), in clock ticks since boot.
-cpu_times() {
-	local line
-	while read -r line; do [[ $line != cpu[0-9]* ]] || echo "$line"; done </proc/stat
-}
+cpu_times() { local line; while read -r line; do [[ $line != cpu[0-9]* ]] || echo "$line"; done </proc/stat; }
 
 # cpu_shares BEFORE AFTER: between two cpu_times, the busiest CPU's busy
 # share (all but idle and iowait) and the other CPUs' idle share, as
