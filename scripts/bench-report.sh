@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# bench-report.sh OUTDIR CHECKED MODE: turns the numbers scripts/bench.sh left
-# in OUTDIR (headline.tsv, rates.tsv, latency.tsv, cpu.tsv, scale.tsv) into
-# OUTDIR's results.md and plots (writes_per_s.png, busy_poll.png, scale.png).
-# CHECKED is how many doorbells were checked; MODE is bench.sh's: full, smoke
-# (the small run of make test) or headline (headline.tsv alone, no plots).
+# bench-report.sh OUTDIR CHECKED MODE: turns bench.sh's numbers in OUTDIR
+# (*.tsv) into its results.md and plots (*.png).  CHECKED: how many doorbells
+# were checked; MODE: full, smoke or headline (headline.tsv alone, no plots).
 set -euo pipefail
 
 out=$1 checked=$2 mode=$3
@@ -83,8 +81,7 @@ ratios() {
 				printf fmt, m, v[1], v[n]
 				exit
 			}
-			# P(X <= i) for i = 0, 1, ...: the j-th order statistic
-			# misses the median below with probability P(X < j).
+			# cdf: P(X <= i) for i = 0, 1, ...
 			p = 0.5 ^ n; cdf = p; j = 0
 			for (i = 0; 2 * cdf <= 0.05 && i < n; i++) {
 				j = i + 1
@@ -264,8 +261,7 @@ EOF
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 	awk -F'\t' 'NR > 1 {
 		printf "| %s | %d | %.0f | %.0f | %.3f | %.1f | %s | %s |\n", $1, $2,
-			$3 / $5, $4 / $5, 1000 * $6 / $4, 100 * $6 / $5, $7, $8
-	}' "$scale"
+			$3 / $5, $4 / $5, 1000 * $6 / $4, 100 * $6 / $5, $7, $8 }' "$scale"
 	echo
 	para "Each client: $scaling. writes/s and doorbells/s: all the clients' together, over" \
 		"the wall time from the first client's start to the last one's end (each client's" \
