@@ -67,12 +67,10 @@ compare() {
 	local out=$3 shared same=0 differ='' name own own_ev why
 	functions "$1" "$out/tick" || { fail read "no function found in $1"; exit 1; }
 	functions "$2" "$out/ev" || { fail read "no function found in $2"; exit 1; }
-
 	# The shared functions, in each file's order.
 	grep -Fxf "$out/ev/.order" "$out/tick/.order" >"$out/tick.shared" || true
 	grep -Fxf "$out/tick/.order" "$out/ev/.order" >"$out/ev.shared" || true
 	shared=$(wc -l <"$out/tick.shared")
-
 	while read -r name; do
 		if [ -n "${DESIGNED[$name]+set}" ]; then
 			! cmp -s "$out/tick/$name" "$out/ev/$name" ||
@@ -86,26 +84,21 @@ compare() {
 				sed -n '1,20s/^/      /p'
 		fi
 	done <"$out/tick.shared"
-
 	pass_unless "shared_functions_identical ($same identical, ${#DESIGNED[@]} designed differences)" \
 		"${differ:+differ but are not designed to:$differ (change both, or declare why in tests/twins.sh)}"
-
 	for name in "${!DESIGNED[@]}"; do
 		[[ -e $out/tick/$name && -e $out/ev/$name ]] ||
 			fail "designed_$name" "declared a designed difference, but not defined in both files"
 	done
-
 	pass_if "same_order ($shared shared functions)" \
 		"the shared functions come in another order: $(diff "$out/tick.shared" "$out/ev.shared" | grep '^[<>]' | tr '\n' ' ')" \
 		cmp -s "$out/tick.shared" "$out/ev.shared"
-
 	own=$(grep -Fvxf "$out/ev/.order" "$out/tick/.order" | tr '\n' ' ' || true)
 	own_ev=$(grep -Fvxf "$out/tick/.order" "$out/ev/.order" | sort | tr '\n' ' ' || true)
 	why=''
 	[ -z "$own" ] && [ "$own_ev" = "$(tr ' ' '\n' <<<"$OWN_EV" | sort | tr '\n' ' ')" ] ||
 		why="only the polling file defines: ${own:-none}; only the ev file: ${own_ev:-none}, not OWN_EV's $OWN_EV"
 	pass_unless "own_functions (the event-driven server's: $own_ev)" "$why"
-
 	macros "$1" >"$out/tick.macros"
 	macros "$2" >"$out/ev.macros"
 	differ=$(join -t $'\t' "$out/tick.macros" "$out/ev.macros" | awk -F'\t' '$2 != $3 { printf " %s", $1 }')
