@@ -20,7 +20,10 @@ report_stage=e2e
 trap cleanup EXIT
 
 test_lib
-test_doctor
+test_doctor_passes
+test_doctor_no_device
+test_doctor_memlock_too_low
+test_doctor_memlock_enough
 test_cm_retry
 
 for server in rdma_pool_server rdma_srq_pool_server_ev; do
