@@ -42,23 +42,19 @@ test_lib() {
 
 cleanup() { [ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true; rm -rf "$work" "${open_top:-}"; }
 
-# open_copy: sets open_top to a copy of the programs and scripts any user can
+# as_user KIB: sets the array nobody_cmd to the words that run a command as
+# nobody, a user without CAP_IPC_LOCK (setpriv drops root, and with it every
+# capability), so that ulimit -l KIB binds ibv_reg_mr.  prlimit and setpriv
+# each exec the next: the command keeps the pid they were started with.  The
+# first call sets open_top to a copy of the programs and scripts any user can
 # run, for the tests run as nobody: a clone under /root (mode 700) is not.
-open_copy() {
+as_user() {
+	nobody_cmd=(prlimit --memlock=$(($1 * 1024))
+		setpriv --reuid=nobody --regid=nogroup --clear-groups)
 	[ -z "${open_top:-}" ] || return 0
 	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
 	cp -a "$top"/{rdma_pool_server,rdma_srq_pool_server_ev,rdma_pool_client,scripts} "$open_top/"
 	chmod -R a+rX "$open_top"
-}
-
-# as_user KIB: sets the array nobody_cmd to the words that run a command as
-# nobody, a user without CAP_IPC_LOCK (setpriv drops root, and with it every
-# capability), so that ulimit -l KIB binds ibv_reg_mr.  prlimit and setpriv
-# each exec the next: the command keeps the pid they were started with.
-as_user() {
-	nobody_cmd=(prlimit --memlock=$(($1 * 1024))
-		setpriv --reuid=nobody --regid=nogroup --clear-groups)
-	open_copy
 }
 
 # start_server [--as-nobody KIB] PROGRAM [OPTIONS...]: start it (as_user KIB)
@@ -117,31 +113,6 @@ grant_line() {
 	grep -E -x "grant qp=0x[0-9a-f]+ addr=$addr( rkey=$rkey)? size=$2" "$work/server.out" | tail -n 1 || true
 }
 
-# doorbells_why LINES QP SEQ...: the server's doorbell lines of QP in
-# LINES (a session to its destroy) are each "seq=S value=S ok" for the
-# SEQs in their order, and those it held back (a doorbells line a second,
-# beyond the first 10) are all ok: every SEQ said or counted; else why not.
-doorbells_why() {
-	local lines=$1 qp=$2
-	shift 2
-	awk -v list="$*" -v q="$qp" '
-		BEGIN { n = split(list, want, " ") }
-		$1 == "doorbell" && !bad {
-			while (j < n && $0 != "doorbell " q " seq=" want[j + 1] " value=" want[j + 1] " ok") j++
-			if (j++ == n) bad = "a doorbell line not in order or not ok: " $0
-			said++
-		}
-		$1 == "doorbells" && !bad {
-			split($3, c, "=")
-			if ($4 != "ok=" c[2] || $5 != "lapped=0" || $6 != "MISMATCH=0") bad = "a held-back doorbell not ok: " $0
-			held += c[2]
-		}
-		END {
-			if (!bad && said + held != n) bad = said " doorbells said and " held " counted, want " n
-			if (bad) print "server doorbells of " q ": " bad
-		}' <<<"$lines"
-}
-
 # check_session CLIENT_NAME N K GRANTED [quiet]: everything one successful
 # client run (with --quiet: no line per doorbell) must show on both sides,
 # or it prints what is missing and fails.
@@ -169,7 +140,25 @@ check_session() {
 		{ echo "client printed no matching 'rtt' summary"; return 1; }
 
 	lines=$(session "$grant" destroy)
-	why=$(doorbells_why "$lines" "$qp" "${seqs[@]}")
+	# The server's doorbell lines: each "seq=S value=S ok" for the seqs in
+	# their order, and those it held back (a doorbells line a second, beyond
+	# the first 10) all ok: every seq said or counted.
+	why=$(awk -v list="${seqs[*]}" -v q="$qp" '
+		BEGIN { n = split(list, want, " ") }
+		$1 == "doorbell" && !bad {
+			while (j < n && $0 != "doorbell " q " seq=" want[j + 1] " value=" want[j + 1] " ok") j++
+			if (j++ == n) bad = "a doorbell line not in order or not ok: " $0
+			said++
+		}
+		$1 == "doorbells" && !bad {
+			split($3, c, "=")
+			if ($4 != "ok=" c[2] || $5 != "lapped=0" || $6 != "MISMATCH=0") bad = "a held-back doorbell not ok: " $0
+			held += c[2]
+		}
+		END {
+			if (!bad && said + held != n) bad = said " doorbells said and " held " counted, want " n
+			if (bad) print "server doorbells of " q ": " bad
+		}' <<<"$lines")
 	[ -z "$why" ] || { echo "$why"; return 1; }
 	grep -qx "disconnect $qp" <<<"$lines" || { echo "server did not see $qp disconnect"; return 1; }
 	slice_back "$grant" "$granted"
