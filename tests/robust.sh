@@ -96,29 +96,23 @@ test_server_args() {
 	test_memlock "$s"
 }
 
-# nobody_server T KIB SERVER NAME: SERVER as nobody with ulimit -l KIB
-# (as_user), its output in $work/NAME.out and .err, its pid in nobody_pid
-# and its port in nobody_port; false, and T failed, if it never listens.
-nobody_server() {
-	as_user "$2"
-	"${nobody_cmd[@]}" "$open_top/$3" --port 0 >"$work/$4.out" 2>"$work/$4.err" &
-	nobody_pid=$!
-	nobody_port=$(listen_port "$work/$4.out" "$nobody_pid") && return
-	fail "$1" "no listen line in 20 s: $(head -c 300 "$work/$4.err")"
-	stop_program "$nobody_pid" || true
-	return 1
-}
-
 # An ordinary user whose locked-memory limit (ulimit -l) is smaller than the
 # pool: the server says why and how to fix it, and rejects each client; the
 # device is left closed, and SIGINT ends the server as ever.
 test_memlock() {
-	local s=$1 t=$1/args/memlock_too_low kib=$((4096 - 4)) status=0
+	local s=$1 t=$1/args/memlock_too_low kib=$((4096 - 4)) status=0 pid port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	nobody_server "$t" "$kib" "$s" memlock || return 0
-	run_client memlock_client "$nobody_port" "$RDMA_ADDR" 4096 || true
-	run_client memlock_again "$nobody_port" "$RDMA_ADDR" 4096 || true
-	stop_program "$nobody_pid" || status=$?
+	as_user "$kib"
+	"${nobody_cmd[@]}" "$open_top/$s" --port 0 >"$work/memlock.out" 2>"$work/memlock.err" &
+	pid=$!
+	if ! port=$(listen_port "$work/memlock.out" "$pid"); then
+		fail "$t" "no listen line in 20 s: $(head -c 300 "$work/memlock.err")"
+		stop_program "$pid" || true
+		return 0
+	fi
+	run_client memlock_client "$port" "$RDMA_ADDR" 4096 || true
+	run_client memlock_again "$port" "$RDMA_ADDR" 4096 || true
+	stop_program "$pid" || status=$?
 	if [ "$status" != 0 ]; then
 		fail "$t" "server exit status $status after SIGINT, not 0: $(head -c 300 "$work/memlock.err")"
 	elif ! grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/memlock.err" ||
@@ -138,19 +132,19 @@ test_device_unopenable() {
 	local s=$1 t=$1/two_devices/one_unopenable status=0 why=''
 	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (RDMA_DEV2)"; return; }
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
-	nobody_server "$t" 6144 "$s" unopen || return 0
-	peer_bg held "$nobody_port" req:4096 sleep:3000
+	own_server "$t" --as-nobody 6144 "$s" || return 0
+	peer_bg held "$server_port" req:4096 sleep:3000
 	await_line "$work/held.out" '^reply status=0 ' 20 || why+="the first device's first client got no slice; "
-	run_client second "$nobody_port" "$RDMA_ADDR_DEV2" 4096 || true
-	run_client first_again "$nobody_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
+	run_client second "$server_port" "$RDMA_ADDR_DEV2" 4096 || true
+	run_client first_again "$server_port" "$RDMA_ADDR" 4096 -n 100 -k 10 || true
 	wait "$peer_pid" || true
-	stop_program "$nobody_pid" || status=$?
+	stop_server || status=$?
 	grep -q 'rejected the connection: server-setup-failed' "$work/second.err" ||
 		why+="the second device's client was not refused server-setup-failed: $(head -c 200 "$work/second.err"); "
 	grep -q '^done writes=100 doorbells=10 ' "$work/first_again.out" ||
 		why+="the first device's next client was not served: $(head -c 200 "$work/first_again.err"); "
-	grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/unopen.err" || why+="the server did not say why; "
-	[ "$status" = 0 ] || why+="server exit status $status after SIGINT, not 0: $(head -c 200 "$work/unopen.err")"
+	grep -q 'ibv_reg_mr(pool): Cannot allocate memory' "$work/server.err" || why+="the server did not say why; "
+	[ "$status" = 0 ] || why+="server exit status $status after SIGINT, not 0: $(head -c 200 "$work/server.err")"
 	pass_unless "$t" "$why"
 }
 
@@ -314,9 +308,8 @@ test_cycles() {
 # own_server T PROGRAM [OPTIONS...]: start_server, or T fails saying what
 # the server said, and false (callers return 0: e2e.sh runs under set -e).
 own_server() {
-	start_server "${@:2}" && return
-	give_up "$1" "server did not start: $(head -c 300 "$work/server.err")"
-	return 1
+	start_server "${@:2}" ||
+		{ give_up "$1" "server did not start: $(head -c 300 "$work/server.err")"; return 1; }
 }
 
 # give_up T WHY [PID...]: T fails saying WHY, and the test's server and
