@@ -64,7 +64,7 @@ functions() {
 
 # compare TICK EV OUT: the checks, with OUT as scratch.
 compare() {
-	local out=$3 shared same=0 differ='' name own own_ev why
+	local out=$3 shared same=0 differ='' name own own_ev why=''
 	functions "$1" "$out/tick" || { fail read "no function found in $1"; exit 1; }
 	functions "$2" "$out/ev" || { fail read "no function found in $2"; exit 1; }
 	# The shared functions, in each file's order.
@@ -95,7 +95,6 @@ compare() {
 		cmp -s "$out/tick.shared" "$out/ev.shared"
 	own=$(grep -Fvxf "$out/ev/.order" "$out/tick/.order" | tr '\n' ' ' || true)
 	own_ev=$(grep -Fvxf "$out/tick/.order" "$out/ev/.order" | sort | tr '\n' ' ' || true)
-	why=''
 	[ -z "$own" ] && [ "$own_ev" = "$(tr ' ' '\n' <<<"$OWN_EV" | sort | tr '\n' ' ')" ] ||
 		why="only the polling file defines: ${own:-none}; only the ev file: ${own_ev:-none}, not OWN_EV's $OWN_EV"
 	pass_unless "own_functions (the event-driven server's: $own_ev)" "$why"
