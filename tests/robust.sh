@@ -649,8 +649,7 @@ test_device_removed() {
 	pass_if "$t/server_survives" "exit status $status: $(head -c 300 "$work/server.err")" [ "$status" = 0 ]
 	own_server "$t" "$s" -a "$RDMA_ADDR_DEV2" || return 0
 	rdma link delete "$RDMA_DEV2" &
-	del=$!
-	status=0
+	del=$! status=0
 	await_exit "$server_pid" 10 || status=$?
 	server_pid=
 	pass_if "$t/its_listener_ends" "exit $status, saying: $(head -c 300 "$work/server.err")" \
