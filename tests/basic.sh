@@ -149,7 +149,7 @@ test_bench_smoke() {
 	elif missing=$(scale_row_missing "$dir/results.md") && [ -n "$missing" ]; then
 		why="no scaling row for $missing, every number positive, in results.md"
 	fi
-	for png in busy_poll.png writes_per_s.png scale.png; do # the PNG signature first
+	for png in busy_poll.png writes_per_s.png scale.png; do # each must start with the PNG signature
 		[ -n "$why" ] || [ "$(head -c 8 "$dir/$png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] ||
 			why="$png is not a PNG"
 	done
