@@ -53,23 +53,17 @@ start_server() {
 	return 1
 }
 
-# resources WHAT: "rdma resource show WHAT" of this run's device alone: a
-# dump of every device fails ("Invalid argument") when one goes away while
-# the tool walks them (measured in the VM on 6.1, another device added and
-# deleted in a loop: 5 to 58 dumps in 100; one device's: 0 in 600).  mr
-# takes its device as "dev DEV", qp and cm_id as "link DEV" (every port).
-resources() {
-	local by=link
-	[ "$1" != mr ] || by=dev
-	rdma resource show "$1" "$by" "$RDMA_DEV" 2>&1
-}
-
 # kernel_view WHAT...: the rows of "rdma resource show WHAT" that belong to
-# the server or the client, with the columns that teach.
+# the server or the client, with the columns that teach.  Of this run's
+# device alone: a dump of every device fails ("Invalid argument") when one
+# goes away while the tool walks them (measured in the VM on 6.1, another
+# device added and deleted in a loop: 5 to 58 dumps in 100; one device's: 0
+# in 600).  mr takes its device as "dev DEV", qp and cm_id as "link DEV".
 kernel_view() {
-	local what listed pids="$server_pid ${client_pid:-}"
+	local what by listed pids="$server_pid ${client_pid:-}"
 	for what in "$@"; do
-		listed=$(resources "$what") ||
+		case $what in mr) by=dev ;; *) by="link" ;; esac
+		listed=$(rdma resource show "$what" "$by" "$RDMA_DEV" 2>&1) ||
 			{ printf '  %-6s (rdma resource show failed: %s)\n' "$what" "${listed//$'\n'/ }"; continue; }
 		awk -v what="$what" -v pids="$pids" '
 			BEGIN { n = split(pids, p, " "); for (i = 1; i <= n; i++) ours[p[i]] = 1 }
