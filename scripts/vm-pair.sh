@@ -88,11 +88,8 @@ cable_plan() {
 		socket)
 			# A port nobody listens on, nor another cable of
 			# ours; only this host can reach 127.0.0.1.
-			port=$((20000 + RANDOM % 20000))
-			while [[ $ports == *" $port "* ]] ||
-				[ -n "$(ss -Htln "sport = :$port")" ]; do
-				port=$((20000 + RANDOM % 20000))
-			done
+			until port=$((20000 + RANDOM % 20000)) && [[ $ports != *" $port "* ]] &&
+				[ -z "$(ss -Htln "sport = :$port")" ]; do :; done
 			ports+="$port "
 			server_nets+=("socket,id=cable$n,listen=127.0.0.1:$port")
 			client_nets+=("socket,id=cable$n,connect=127.0.0.1:$port")
@@ -128,10 +125,7 @@ outcome() {
 }
 
 cleanup() {
-	if [ -n "$server" ]; then
-		stop_qemu "$server" "$server_pid"
-		stop_qemu "$client" "$client_pid"
-	fi
+	[ -z "$server" ] || { stop_qemu "$server" "$server_pid"; stop_qemu "$client" "$client_pid"; }
 	wait
 	rm -rf "$pair" "$cable"
 }
