@@ -215,9 +215,7 @@ choose_accel() {
 	kvm | tcg) vm_accel=$VM_ACCEL; say "accelerator: $vm_accel (VM_ACCEL)"; return ;;
 	*) die "VM_ACCEL must be kvm or tcg, not '$VM_ACCEL'" ;;
 	esac
-	if ! kvm_usable; then
-		vm_accel=tcg; say "accelerator: TCG, software emulation (no usable /dev/kvm)"; return
-	fi
+	kvm_usable || { vm_accel=tcg; say "accelerator: TCG, software emulation (no usable /dev/kvm)"; return; }
 	if [ ! -s "$accel_cache" ]; then
 		qemu_cmd kvm vm_probe=1 256 1
 		# --foreground: in our process group, which a Ctrl-C reaches.
