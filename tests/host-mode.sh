@@ -451,14 +451,11 @@ test_no_free_address() {
 # stops the server and removes its folder (its kill of the gone client must
 # not end it under set -e); another run's stand-ins, same names, live on.
 test_demo_client_dies() {
-	local dir=$work/dies before status=0 left why='' k pid others=() server=()
+	local dir=$work/dies before status=0 left why='' k p pid others=() server=()
 	mkdir -p "$dir/tmp"
 	mkfifo "$dir/keys"
 	before=$(machine_state)
-	(exec -a "$top/rdma_pool_client" sleep 300) &
-	others+=($!)
-	(exec -a "$top/rdma_srq_pool_server_ev" sleep 300) &
-	others+=($!)
+	for p in rdma_pool_client rdma_srq_pool_server_ev; do (exec -a "$top/$p" sleep 300) & others+=($!); done
 	DEMO_STEP=1 TMPDIR=$dir/tmp make -s -C "$top" demo SANITIZE="${SANITIZE:-}" \
 		<"$dir/keys" >"$dir/log" 2>&1 &
 	pid=$!
