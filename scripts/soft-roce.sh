@@ -251,10 +251,7 @@ run_in_vm() {
 main() {
 	local mode status=0
 	[ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
-	if [ -n "${RDMA_ADDR:-}" ]; then
-		say "mode: given (RDMA_ADDR=$RDMA_ADDR was already set)"
-		exec "$@"
-	fi
+	[ -z "${RDMA_ADDR:-}" ] || { say "mode: given (RDMA_ADDR=$RDMA_ADDR was already set)"; exec "$@"; }
 
 	[[ ${SOFT_ROCE_DEVICES:-1} == [12] ]] ||
 		{ say "SOFT_ROCE_DEVICES must be 1 or 2, not '$SOFT_ROCE_DEVICES'"; exit 2; }

@@ -35,8 +35,7 @@ read_os_release() {
 	[ -r "$file" ] || file=/usr/lib/os-release
 	[ -r "$file" ] || file=/dev/null # none: an unknown system
 	while IFS='=' read -r key value; do
-		value=${value#[\"\']}
-		value=${value%[\"\']}
+		value=${value#[\"\']} value=${value%[\"\']}
 		case $key in
 		ID) os_id=$value ;;
 		ID_LIKE) os_like=$value ;;

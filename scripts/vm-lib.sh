@@ -162,8 +162,7 @@ build_initramfs() {
 	cp /bin/busybox "$stage/bin/busybox" || die "cannot copy /bin/busybox"
 	install -m 0755 "$INIT" "$stage/init" || die "cannot write $stage/init"
 	for path in $files; do
-		name=${path##*/}
-		name=${name%%.ko*}
+		name=${path##*/} name=${name%%.ko*}
 		# busybox insmod wants plain .ko files.
 		case $path in
 		*.ko) cp "$path" "$stage/lib/modules/$name.ko" ;;

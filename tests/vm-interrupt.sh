@@ -81,10 +81,7 @@ test_vm_interrupt() {
 # probe would cost every later VM its KVM); VM_ACCEL, which skips it, is unset.
 test_probe_interrupt() {
 	local name=vm_interrupt/vm-run/ctrl_c_in_kvm_probe run probe=() why=''
-	if ! kvm_usable; then
-		not_here "$name" "no usable /dev/kvm, so vm-run.sh runs no KVM probe to stop"
-		return
-	fi
+	kvm_usable || { not_here "$name" "no usable /dev/kvm, so vm-run.sh runs no KVM probe to stop"; return; }
 	mv "$accel_cache" "$accel_cache.kept" 2>/dev/null || true
 	as_job env -u VM_ACCEL --default-signal=INT "$top/scripts/vm-run.sh" sleep 600 >"$out/probe.log" 2>&1
 	run=$!
