@@ -22,10 +22,7 @@ fail() { echo "vm-run (guest): $*" >&2; shutdown; }
 on_host() { chroot "$H" "$@" || fail "'$*' failed (exit $?)"; }
 
 # A probe boot (is KVM usable?) only says that it got this far.
-if [ -n "${vm_probe:-}" ]; then
-	echo "vm-probe: booted" >/dev/ttyS0
-	shutdown
-fi
+[ -z "${vm_probe:-}" ] || { echo "vm-probe: booted" >/dev/ttyS0; shutdown; }
 
 # One VM of a pair (vm-pair.sh): Soft-RoCE on each cable's virtio NIC, found
 # by the MAC qemu was given, so that every packet really leaves this kernel;
@@ -60,20 +57,14 @@ rxe_on_cables() {
 # local one, fd52:444d:4200:N::HOST.
 ipv6_of() { local cable_host=${1#198.18.}; echo "fd52:444d:4200:${cable_host%.*}::${cable_host#*.}"; }
 
-while read -r m; do
-	insmod "/lib/modules/$m.ko" || fail "insmod $m failed"
-done </modules
+while read -r m; do insmod "/lib/modules/$m.ko" || fail "insmod $m failed"; done </modules
 mkdir -p "$H" /dev/shm
 mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot "$H" ||
 	fail "cannot mount the host's root file system"
-for d in proc sys dev; do
-	mount --bind "/$d" "$H/$d" || fail "cannot bind /$d"
-done
+for d in proc sys dev; do mount --bind "/$d" "$H/$d" || fail "cannot bind /$d"; done
 # Terminals, as on any machine (tests/hostile.sh runs a server on one).
 { mkdir -p /dev/pts && mount -t devpts devpts "$H/dev/pts"; } || fail "cannot mount devpts"
-for d in tmp run dev/shm; do
-	mount -t tmpfs tmpfs "$H/$d" || fail "cannot mount a tmpfs on /$d"
-done
+for d in tmp run dev/shm; do mount -t tmpfs tmpfs "$H/$d" || fail "cannot mount a tmpfs on /$d"; done
 # A kernel from the cache keeps its modules there: show them where modprobe
 # looks, /lib/modules/VERSION (a tmpfs over the host's own, in this VM only).
 if [ -n "${vm_modules:-}" ] && ! { mount -t tmpfs tmpfs "$H/lib/modules" &&

@@ -310,10 +310,7 @@ stop_qemu() {
 
 # on_signal SIG: the caller's cleanup (its EXIT trap), at once
 # (stop_on_signals; the caller waits for qemu in the background).
-on_signal() {
-	echo "$vm_prog: SIG$1: stopping the VM" >&2 || exec 2>/dev/null
-	cleanup
-}
+on_signal() { echo "$vm_prog: SIG$1: stopping the VM" >&2 || exec 2>/dev/null; cleanup; }
 
 # job_status JOB QEMU_STATUS WHAT CMD: prints the exit status that the
 # guest's job (CMD) wrote into JOB; if there is none, says on stderr why

@@ -56,9 +56,7 @@ machine_state() {
 		fi
 	done
 	[ "${1:-}" != devices ] || return 0
-	for m in rdma_rxe rdma_ucm dummy; do
-		[ ! -e "/sys/module/$m/initstate" ] || echo "module $m"
-	done
+	for m in rdma_rxe rdma_ucm dummy; do [ ! -e "/sys/module/$m/initstate" ] || echo "module $m"; done
 }
 
 # The machine's own ACTIVE ports: another run's device is none of them.

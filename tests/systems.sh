@@ -352,9 +352,7 @@ test_static_probe() {
 		cc -static -o "$work/static" "$work/hello.c" &&
 		cc -static-pie -o "$work/static-pie" "$work/hello.c"; } ||
 		{ fail "$t" "cannot build the three test programs with cc"; return; }
-	for f in static static-pie; do
-		static_elf "$work/$f" || why+="$f taken for dynamic; "
-	done
+	for f in static static-pie; do static_elf "$work/$f" || why+="$f taken for dynamic; "; done
 	! static_elf "$work/dynamic" || why+="dynamic taken for static; "
 	cp "$work/static" "$work/aarch64" # e_machine 183, EM_AARCH64 (elf(5))
 	printf '\267' | dd of="$work/aarch64" bs=1 seek=18 conv=notrunc 2>/dev/null
