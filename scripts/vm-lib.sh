@@ -258,8 +258,7 @@ vm_prepare() {
 	say "kernel $vm_ver, from ${from:-/boot}"
 }
 
-# The script the guest runs: cd to the caller's directory, set the passed
-# variables, exec CMD. printf %q quotes each word for bash.
+# write_job CMD...: the script the guest runs; printf %q quotes for bash.
 write_job() {
 	local names name
 	read -ra names <<<"${VM_PASS_ENV:-}"
@@ -281,8 +280,7 @@ write_job() {
 # two so that both pass through sed and come out here as they went in, each
 # line after MARK and without the \r that ends serial lines.
 boot_vm() {
-	local job=$1 mem=$2 cpus=$3 edit="s/\r//g; s/^/$4/"
-	local share=security_model=none,multidevs=remap
+	local job=$1 mem=$2 cpus=$3 edit="s/\r//g; s/^/$4/" share=security_model=none,multidevs=remap
 	local append="vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
 	[ "$vm_root" = / ] || append+=" vm_modules=${vm_root}lib/modules/$vm_ver"
 	shift 4
@@ -300,9 +298,7 @@ boot_vm() {
 # qemu wrote that file: given PID (boot_vm's job), wait for it while PID runs.
 stop_qemu() {
 	local pid comm
-	while [ -n "${2:-}" ] && [ ! -s "$1/qemu.pid" ] && kill -0 "$2" 2>/dev/null; do
-		sleep 0.05
-	done
+	while [ -n "${2:-}" ] && [ ! -s "$1/qemu.pid" ] && kill -0 "$2" 2>/dev/null; do sleep 0.05; done
 	read -r pid 2>/dev/null <"$1/qemu.pid" || return 0
 	read -r comm 2>/dev/null <"/proc/$pid/comm" || return 0
 	[[ $comm != qemu* ]] || kill "$pid" 2>/dev/null || true

@@ -108,10 +108,7 @@ cable_plan() {
 # background job PID) gets VM_GRACE seconds, then its qemu is stopped.
 grace() {
 	local pid=$1 job=$2 end=$((SECONDS + VM_GRACE))
-	while ((SECONDS < end)); do
-		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.1
-	done
+	while ((SECONDS < end)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
 	say "one VM ended ${VM_GRACE}s ago and the other still runs: stopping it (VM_GRACE)"
 	stop_qemu "$job"
 }

@@ -36,8 +36,7 @@ usage() { echo "usage: $0 PCAP [--outputs DIR] KEY=VALUE... (keys: ${KEYS[*]})" 
 
 # from_outputs DIR: sets main's want[KEY] from what the programs printed.
 from_outputs() {
-	local dir=$1 f
-	local connect=' port=([0-9]+) qp=(0x[0-9a-f]+)$'
+	local dir=$1 f connect=' port=([0-9]+) qp=(0x[0-9a-f]+)$'
 	local granted='^granted (addr=(0x[0-9a-f]+) rkey=(0x[0-9a-f]+) size=([0-9]+))$'
 	for f in client server; do [ -r "$dir/$f.out" ] || die "cannot read $dir/$f.out"; done
 	[[ $(grep -m1 '^connect server=' "$dir/client.out") =~ $connect ]] ||
