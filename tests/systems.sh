@@ -171,9 +171,8 @@ test_doctor_fixes() {
 	doctor_fix ubuntu ubuntu-24.04 "sudo $APT linux-modules-extra-$KVER $apart"
 	doctor_fix fedora fedora-42 "sudo dnf install -y kernel-modules-$KVER $apart"
 	doctor_fix debian debian-12 "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
-	# Debian's cloud kernel is built without rdma_rxe (its
-	# drivers/infiniband: the core, mlx4_ib, mlx5_ib), and its standard
-	# kernel has it: uname -r is stood in for.
+	# Debian's cloud kernel (see module_fix in scripts/doctor.sh): uname -r
+	# is stood in for.
 	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' "$(command -v uname)"
 	doctor_fix debian_cloud debian-12 "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo $APT linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
 		PATH="$work/cloud:$PATH"
