@@ -188,16 +188,16 @@ build_initramfs() {
 # -no-reboot turns that into qemu exiting.  oops=panic: an oops otherwise
 # kills only the task, and may leave the machine deadlocked (the kernel's
 # kernel-parameters.txt); seen: a task that oopsed hung in exit_mmap()
-# until the VM's time ran out.  TCG on one host thread: with one per vCPU,
-# a vCPU ran an int3 that the kernel's code patching had already replaced
-# ("Oops: int3" on 6.12, in 1 boot of 40; none in 40 on one thread).
+# until the VM's time ran out.  TCG keeps a host thread per vCPU, though a
+# vCPU then now and then runs an int3 that the kernel's code patching has
+# already replaced ("Oops: int3": 6.12, 1 boot in 40; vm-run.sh boots again):
+# on one thread (thread=single), none in 40, but a busy vCPU holds it up to
+# 100 ms (QEMU's TCG_KICK_PERIOD), and make test ran slower and failed.
 # Not -nographic: with it, the BIOS draws its screen on the first serial
 # port, the guest job's stdout.  -nic none: no network but what the
 # caller plugs in.
 qemu_cmd() {
-	local accel=$1
-	[ "$accel" != tcg ] || accel+=,thread=single
-	qemu=(qemu-system-x86_64 -accel "$accel" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
+	qemu=(qemu-system-x86_64 -accel "$1" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
 		-initrd "$vm_initramfs" -append "console=ttyS1 quiet loglevel=1 panic=-1 oops=panic $2"
 		-m "$3" -smp "$4" -display none -no-reboot -nic none -monitor none)
 }

@@ -391,7 +391,7 @@ mismatch_flood_case() {
 		fail "$t/lines_limited" "$shown doorbell lines and $said MISMATCH lines in ${elapsed} s, want at most 10 a second"
 	else
 		pass_if "$t/lines_limited" "stdout: $shown said and $held counted, stderr: $said and $counted, want $n MISMATCH in all" \
-			[ $((said + counted)) = "$n" ] && [ $((shown + held)) = "$n" ]
+			[ "$((said + counted)):$((shown + held))" = "$n:$n" ]
 	fi
 }
 
