@@ -60,8 +60,8 @@ writes='' load='' scaling='' lat='' busy_default='' where=''
 # its best W of that round) over perftest's list (-l K -Q K) in the same
 # round: the spread the medians' ratio hides.  W "best": their median
 # (lowest-highest); else, tab-separated, their median, its 95% interval ("-":
-# too few rounds), lowest and highest, and ahead, level or behind (that
-# interval against 1).  The interval is the order statistics', assuming only
+# too few rounds), lowest and highest, and ahead, level, behind (that
+# interval against 1) or too few rounds.  The interval is the order statistics', assuming only
 # that rounds are alike but for noise: of n sorted, the j-th lowest to the
 # j-th highest holds the median with probability 1 - 2 P(X < j), X binomial
 # (n, 1/2), j the highest that keeps this >= 95% (n = 20: 6th to 15th, 95.9%).

@@ -66,8 +66,8 @@ load_k=4
 # Every slot of the slice is written at most once (1 MiB = 262144 slots),
 # so every doorbell must find exactly its own sequence number.
 slice=1048576
-# Scaling: a client's slice fits exactly its writes, the pool (--pool-size)
-# exactly the most clients' slices, whatever scale_writes is.
+# Scaling: a client's slice fits its writes (in whole 4 KiB), the pool
+# (--pool-size) exactly the most clients' slices, whatever scale_writes is.
 scale_k=64 scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
 ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server

@@ -16,7 +16,7 @@
 #      from 198.18.0.0/15, the benchmarking range (a /32 on a dummy: packets
 #      to it never leave this machine), RDMA_ADDR and RDMA_ADDR2 (for tests
 #      that need a second peer address), and an IPv6 one, RDMA_ADDR6.  Never
-#      lo: rdma_cm cannot route to 127.0.0.1 on any kernel.  With
+#      lo: rdma_cm on Debian 12's 6.1 cannot route to 127.0.0.1.  With
 #      SOFT_ROCE_DEVICES=2, a second device and interface, rxe_dem2<PID>,
 #      with an address of its own (RDMA_DEV2, RDMA_ADDR_DEV2) for tests of a
 #      server that serves every device.

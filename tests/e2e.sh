@@ -2,7 +2,7 @@
 # End-to-end tests of the three programs on a real Soft-RoCE device.  Run it
 # through scripts/soft-roce.sh, which brings the device up (here or in a VM)
 # and sets RDMA_ADDR and RDMA_DEV (SOFT_ROCE_DEVICES=2: a second device, for
-# test_two_devices).  Reports in TAP (tests/report-lib.sh), without the plan:
+# the two-device tests).  Reports in TAP (tests/report-lib.sh), without the plan:
 # it is part of the e2e stage, whose plan tests/host-mode.sh gives.
 set -euo pipefail
 
