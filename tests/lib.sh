@@ -50,7 +50,7 @@ cleanup() { [ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
 # run, for the tests run as nobody: a clone under /root (mode 700) is not.
 as_user() {
 	nobody_cmd=(prlimit --memlock=$(($1 * 1024))
-		setpriv --reuid=nobody --regid=nogroup --clear-groups)
+		setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
 	[ -z "${open_top:-}" ] || return 0
 	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
 	cp -a "$top"/{rdma_pool_server,rdma_srq_pool_server_ev,rdma_pool_client,scripts} "$open_top/"

@@ -18,7 +18,7 @@ trap 'rm -rf "$work" "$open_top"' EXIT
 # open_copy: sets open_top to a copy of the scripts and the os-release
 # files that any user can read: the tests that run as nobody (NOBODY CMD)
 # run them from there (a clone under /root, mode 700, is closed to others).
-NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+NOBODY=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
 open_copy() {
 	[ -z "$open_top" ] || return 0
 	open_top=$(mktemp -d /tmp/rdma-pool-open.XXXXXX)
