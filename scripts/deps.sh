@@ -69,7 +69,7 @@ has() {
 usage() { echo "usage: $0 [--dry-run | --check] [PURPOSE...]; purposes: ${PURPOSES[*]}" >&2; exit 2; }
 
 main() {
-	local mode=install arg purpose need probe rest entries desc pkgs p cmd note='' update out refresh=''
+	local mode=install arg purpose need probe rest entries desc pkgs p cmd note='' update out refresh='' cause='' who
 	local wanted=() missing=() unavailable=() unknown=() all='' seen=' '
 	for arg; do
 		case $arg in
@@ -136,20 +136,23 @@ main() {
 		return 1
 	fi
 	say "installing for ${wanted[*]}: ${pkgs[*]}"
+	# A source out of reach: apt-get update warns and exits 0 (measured, apt
+	# 2.6), its first "Failed to fetch" the cause if the install then fails;
+	# dnf, told not to skip such a repository, fails "Failed to download
+	# metadata ..." (measured offline, dnf 4.14; dnf5's words begin so too).
 	if [ "${cmd[0]}" = apt-get ]; then
-		# Where a source cannot be reached, apt-get update warns and
-		# exits 0 (measured, apt 2.6): its first "Failed to fetch" names
-		# the cause if the install then fails ("Unable to locate package").
 		update=$(apt-get update -qq 2>&1) || true
 		update=$(grep -m 1 '^[WE]: Failed to fetch' <<<"$update") || true
-		if ! out=$(DEBIAN_FRONTEND=noninteractive "${cmd[@]}" -qq 2>&1 >/dev/null); then
-			[ -n "$update" ] || { echo "$out" >&2 && return 1; }
-			say "cannot install ${pkgs[*]}: apt-get update could not reach the package archive" \
-				"(${update#?: }); give this machine the network, or install them by hand"
-			return 1
-		fi
+		cmd+=(-qq) cause=${update#?: } who='apt-get update'
 	else
-		"${cmd[@]}" -q
+		cmd=(dnf -q --setopt=skip_if_unavailable=False "${cmd[@]:1}") who=dnf
+	fi
+	if ! out=$(DEBIAN_FRONTEND=noninteractive "${cmd[@]}" 2>&1 >/dev/null); then
+		[ -n "${cause:=$(grep -m 1 -o 'Failed to download metadata.*' <<<"$out")}" ] ||
+			{ echo "$out" >&2 && return 1; }
+		say "cannot install ${pkgs[*]}: $who could not reach the package archive" \
+			"($cause); give this machine the network, or install them by hand"
+		return 1
 	fi
 	[ "${#unavailable[@]}" -eq 0 ]
 }
