@@ -270,27 +270,37 @@ test_demo_beside_churn() {
 }
 
 # Two runs that overlap: the first, which loaded the modules, ends first
-# and must leave the second's device, interface and programs working.
+# and must leave the second's device, interface and programs working.  It
+# ends as the second starts: its modprobe -r rdma_rxe, once it has found
+# no device, waits (10 s at most) for the second's device to be made.
 test_overlapping_runs() {
 	local t=overlapping_runs dir=$work/overlap before first second why=''
-	mkdir "$dir"
+	mkdir -p "$dir/bin"
+	cat >"$dir/bin/modprobe" <<-EOF
+	#!/bin/sh
+	[ "\$*" != "-r rdma_rxe" ] || { touch "$dir/removing"; timeout 10 sh -c 'until
+		[ -e "/sys/class/infiniband/rxe_demo\$(cat "$dir/second" 2>/dev/null)" ]; do sleep 0.1; done'; }
+	exec $(type -P modprobe) "\$@"
+	EOF
+	chmod +x "$dir/bin/modprobe"
 	modules_restore
 	before=$(machine_state)
-	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
+	PATH=$dir/bin:$PATH "$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/first.log" 2>&1 &
 	first=$!
 	wait_until "$first" 60 test -e "$dir/up" ||
 		why="the first run did not come up: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
+	touch "$dir/end"
+	wait_until "$first" 60 test -e "$dir/removing" || why+="the first run never removed rdma_rxe; "
 	# The second's programs start once the first has ended and removed the
 	# modules it loaded that no device needs: they must find all they need.
 	"$top/scripts/soft-roce.sh" "$work/long-run.sh" "$dir" "$top" "$dir/go" >"$dir/log" 2>&1 &
 	second=$!
-	wait_until "$second" 60 grep -qs '^soft-roce: mode' "$dir/log" || true
-	touch "$dir/end"
+	echo "$second" >"$dir/second"
 	wait "$first" || why+="the first run failed: $(tail -n 3 "$dir/first.log" | tr '\n' '|')"
 	touch "$dir/go"
 	wait_until "$second" 60 grep -qs '^granted ' "$dir/client" ||
-		why+="the second run's client never streamed: $(tail -n 3 "$dir/log" "$dir/server" | tr '\n' '|')"
+		why+="the second run's client never streamed: $(tail -n 3 "$dir/log" "$dir/server" 2>&1 | tr '\n' '|' || true)"
 	sleep 1
 	if [ -z "$why" ]; then
 		if ! grep -q '^soft-roce: mode: host (rxe_demo' "$dir/log"; then
@@ -333,22 +343,23 @@ test_stopped() {
 	pass_unless "$t" "${why:+$why: $(tail -n 3 "$dir/log" | tr '\n' '|')}"
 }
 
-# This stage beside another make test or make demo as root, whose device
-# the demo must not take for the machine's, nor the stage count as its own.
+# This stage beside another make test or make demo as root, which starts
+# once the stage's demo has its device, loading no module then and keeping
+# the ones it needs: the stage must not count its device or those as its own.
 test_beside_another_run() {
-	local t=beside_another_run dir=$work/beside other status=0 why=''
+	local t=beside_another_run dir=$work/beside other stage status=0 why=''
 	mkdir "$dir"
+	HOST_MODE_TESTS=test_demo TMPDIR=$dir "$top/tests/host-mode.sh" >"$dir/log" 2>&1 &
+	stage=$!
+	wait_until "$stage" 120 in_stage "$dir" "grep -q '^soft-roce: mode' demo.log" || why="the demo never began; "
 	"$top/scripts/soft-roce.sh" sh -c 'touch "$1/up"
 		while [ ! -e "$1/end" ]; do sleep 0.1; done' sh "$dir" >"$dir/other.log" 2>&1 &
 	other=$!
 	when_finished "touch '$dir/end'; wait $other"
-	if ! wait_until "$other" 60 test -e "$dir/up"; then
-		why="the other run did not come up: $(tail -n 3 "$dir/other.log" | tr '\n' '|')"
-	else
-		HOST_MODE_TESTS=test_demo "$top/tests/host-mode.sh" >"$dir/log" 2>&1 || status=$?
-		[ "$status" = 0 ] ||
-			why="the stage beside it exited $status: $(grep -m 2 '^not ok ' "$dir/log" | tr '\n' '|' || true)"
-	fi
+	wait_until "$other" 60 test -e "$dir/up" ||
+		why+="the other run did not come up: $(tail -n 3 "$dir/other.log" | tr '\n' '|')"
+	wait "$stage" || status=$?
+	[ "$status" = 0 ] || why+="the stage beside it exited $status: $(grep -m 2 '^not ok ' "$dir/log" | tr '\n' '|' || true)"
 	finish
 	pass_unless "$t" "$why"
 	modules_restore
