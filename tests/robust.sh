@@ -3,10 +3,9 @@
 # lib.sh. Whatever goes wrong, the programs say what, exit non-zero, and
 # never hang; the servers lose and leak nothing and keep serving.
 
-# expect_error NAME SECONDS REGEX CMD...: CMD must exit non-zero within
-# SECONDS, with a message on stderr matching REGEX (grep -E).  KILL follows
-# the TERM of timeout: a server blocks TERM (signalfd) and, wedged before its
-# loop, would never take it.  (Braces: bash's "Killed" notice away.)
+# expect_error NAME SECONDS REGEX CMD...: CMD must exit non-zero within SECONDS, its stderr
+# matching REGEX (grep -E).  KILL follows timeout's TERM: a server blocks TERM (signalfd) and,
+# wedged before its loop, would never take it.  (Braces: bash's "Killed" notice away.)
 expect_error() {
 	local t=$1 secs=$2 regex=$3 status=0 start=$SECONDS
 	shift 3
@@ -73,8 +72,7 @@ test_bench_args() {
 	pass_if "$t/nothing_made" "a refused run left $(echo "$dir"*)" [ -z "$(compgen -G "$dir*")" ]
 }
 
-# Server arguments, and a machine without an RDMA device: hidden in a
-# private mount namespace, so that the real device is untouched.
+# Server arguments; no RDMA device: the real one hidden in a private mount namespace, untouched.
 test_server_args() {
 	local s=$1 port=$2 t=$1/args low high
 	# PORT came from the CM (start_server's --port 0).
@@ -96,9 +94,8 @@ test_server_args() {
 	test_memlock "$s"
 }
 
-# An ordinary user whose locked-memory limit (ulimit -l) is smaller than the
-# pool: the server says why and how to fix it, and rejects each client; the
-# device is left closed, and SIGINT ends the server as ever.
+# An ordinary user whose locked-memory limit (ulimit -l) is below the pool: the server says why
+# and how to fix it, rejects each client, leaves the device closed, and ends on SIGINT as ever.
 test_memlock() {
 	local s=$1 t=$1/args/memlock_too_low kib=$((4096 - 4)) status=0 pid port
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
@@ -124,10 +121,9 @@ test_memlock() {
 	fi
 }
 
-# A device the server cannot open (its pool passes ulimit -l, the first
-# device's pool having taken most of it) costs only its own clients: one
-# through it is refused while a first-device client holds its slice, the
-# first device serves another, and SIGINT then ends the server as ever.
+# A device the server cannot open (its pool passes ulimit -l, the first device's pool having
+# taken most of it) costs only its own clients: one through it is refused while a first-device
+# client holds its slice, the first device serves another, then SIGINT ends the server as ever.
 test_device_unopenable() {
 	local s=$1 t=$1/two_devices/one_unopenable status=0 why=''
 	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (RDMA_DEV2)"; return; }
@@ -170,13 +166,12 @@ expect_lines() {
 	pass_if "$1" "wanted [$(echo "$want" | tr '\n' '|')] got [$(echo "$got" | tr '\n' '|')]" [ "$want" = "$got" ]
 }
 
-# stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its answer
-# (a "stats device=" line per device in use, then the "stats connections="
-# totals) passes WHY ANSWER (by default totals_whole); prints the last answer.
-# 20 asks 0.4 s apart, each waiting up to 1 s: about 8 s if each answer comes
-# at once and fails WHY, 30 s if none comes.  Only answers since the call
-# count (the log is only read: the server writes on into it).  A gone server
-# is an answer: under set -e a failed kill would end the stage, not fail tests.
+# stats_idle [WHY]: ask the server for its counters (SIGUSR1) until its answer (a "stats device="
+# line per device in use, then the "stats connections=" totals) passes WHY ANSWER (by default
+# totals_whole); prints the last answer.  20 asks 0.4 s apart, each waiting up to 1 s: about 8 s
+# if each answer comes at once and fails WHY, 30 s if none comes.  Only answers since the call
+# count (the log is only read: the server writes on into it).  A gone server is an answer: under
+# set -e a failed kill would end the stage, not fail tests.
 stats_idle() {
 	local answer='' i j first seen
 	first=$(stats_answers)
@@ -261,8 +256,7 @@ test_oversized_message() {
 	expect_served "$t/bystander_undisturbed" bystander 16000 16 65536 "$status"
 }
 
-# A client killed in the middle of its stream: the server notices, frees its
-# slice and destroys its QP, and serves the next client.
+# A client killed midstream: the server notices, frees its slice, destroys its QP, serves the next.
 test_client_killed() {
 	local port=$2 t=$1/client_killed grant qp why
 	# Not through run_client: $! must be the client itself, not a subshell.
@@ -288,10 +282,9 @@ test_client_killed() {
 	expect_stats "$t/nothing_lost"
 }
 
-# 200 connect / allocate / write / disconnect cycles: all succeed, no slice
-# is lent again before the QP that held it is destroyed (each cycle comes
-# while the last one's QP is still closing: see slice_back), and the pool and
-# the connection count are back to zero afterwards.
+# 200 connect / allocate / write / disconnect cycles: all succeed, no slice is lent again before
+# the QP that held it is destroyed (each cycle comes while the last one's QP is still closing: see
+# slice_back), and the pool and the connection count are back to zero afterwards.
 test_cycles() {
 	local port=$2 t=$1/cycles_200 i bad=0 start
 	start=$(wc -l <"$work/server.out")
@@ -350,9 +343,8 @@ test_server_dies() {
 	pass_unless "$t" "$bad"
 }
 
-# One connection more than --max-conns is rejected, with the reason on both
-# sides, while the others are served, and held until the test ends them (a
-# fixed hold time can run out first on a busy machine).
+# One connection more than --max-conns is rejected, the reason on both sides; the others are served
+# and held until the test ends them (a fixed hold time can run out first on a busy machine).
 test_max_conns() {
 	local s=$1 t=$1/max_conns i pids=()
 	own_server "$t" "$s" --max-conns 2 --conns-per-source 3 || return 0
@@ -371,11 +363,10 @@ test_max_conns() {
 	stop_server || true
 }
 
-# A peer that never sends the RTU (the handshake's last message) sends a
-# message too long for a receive buffer: the server ends the connection, and
-# as no disconnect request can be sent before it is ESTABLISHED, no
-# DISCONNECTED event comes: the server must close it itself, at once.  With
-# --max-conns 1 the next client is served while the peer still holds it.
+# A peer that never sends the RTU (the handshake's last message) sends a message too long for a
+# receive buffer: the server ends the connection, and as no disconnect request can be sent before
+# it is ESTABLISHED, no DISCONNECTED event comes: the server must close it itself, at once.
+# With --max-conns 1 the next client is served while the peer still holds it.
 test_closed_before_established() {
 	local s=$1 t=$1/closed_before_established
 	own_server "$t" "$s" --max-conns 1 || return 0
@@ -395,13 +386,12 @@ test_closed_before_established() {
 	stop_server || true
 }
 
-# At the limit (--max-conns 4) three peers hold places, 8 replies each stuck
-# in the server's send queue; twelve more, one after another, do the same
-# through the fourth place and go.  A closing connection whose sends have all
-# completed (flushed, its QP in the error state) can complete only receives,
-# which the SRQ's share of the CQ covers: it must not keep its place until its
-# QP is destroyed.  All twelve get in, the CQ never overruns (the server would
-# stop on IBV_EVENT_CQ_ERR) and nothing is lost.
+# At the limit (--max-conns 4) three peers hold places, 8 replies each stuck in the server's send
+# queue; twelve more, one after another, do the same through the fourth place and go.  A closing
+# connection whose sends have all completed (flushed, its QP in the error state) can complete only
+# receives, which the SRQ's share of the CQ covers: it must not keep its place until its QP is
+# destroyed.  All twelve get in, the CQ never overruns (the server would stop on
+# IBV_EVENT_CQ_ERR) and nothing is lost.
 test_burst_at_the_limit() {
 	local s=$1 t=$1/burst_at_the_limit i holders=() bad='' status=0
 	own_server "$t" "$s" --max-conns 4 --conns-per-source 4 --srq-depth 16 || return 0
@@ -431,15 +421,13 @@ test_burst_at_the_limit() {
 # hw_counter NAME: the device's port counter NAME (rxe's are in sysfs), if any.
 hw_counter() { cat "/sys/class/infiniband/$RDMA_DEV/ports/1/hw_counters/$1" 2>/dev/null || true; }
 
-# 32 clients at once against a deliberately small SRQ: receivers are not
-# always ready, the NICs retry (the counters show RNR NAKs, no retry run out),
-# every doorbell still arrives intact, and nothing is lost.  The clients run
-# at nice 19 (LOAD_NICE): each spins on its CQ, and rxe's "NIC" is the kernel
-# (6.1: mostly the posting call and tasklets; 6.12: a workqueue's threads)
-# competing with the server, which 32 at nice 0 leave a 34th of the VM's two
-# CPUs.  Measured on 6.1: at nice 0 the slowest doorbell took up to 2.9 s, and
-# once in CI a write's retries ran out (IBV_WC_RETRY_EXC_ERR: 7 tries of
-# 0.27 s); at nice 19, still some RNR NAKs in every run.
+# 32 clients at once against a deliberately small SRQ: receivers are not always ready, the NICs
+# retry (the counters show RNR NAKs, no retry run out), every doorbell still arrives intact, and
+# nothing is lost.  The clients run at nice 19 (LOAD_NICE): each spins on its CQ, and rxe's "NIC"
+# is the kernel (6.1: mostly the posting call and tasklets; 6.12: a workqueue's threads) competing
+# with the server, which 32 at nice 0 leave a 34th of the VM's two CPUs.  Measured on 6.1: at
+# nice 0 the slowest doorbell took up to 2.9 s, and once in CI a write's retries ran out
+# (IBV_WC_RETRY_EXC_ERR: 7 tries of 0.27 s); at nice 19, still some RNR NAKs in every run.
 test_load() {
 	local s=$1 t=$1/load_32_clients_srq_4 i pids=() bad='' want line why slowest
 	local -A before=() after=()
@@ -495,11 +483,10 @@ test_rnr_counters() {
 	fi
 }
 
-# Peers that leave their replies stuck: each asks the server's NIC to retry
-# "receiver not ready" forever (--rnr-retry 7), posts no receive, sends 8
-# requests, then disconnects or is killed.  The replies leave the send queue
-# only as flushes, at the server's close; any lost with the QP would leave the
-# event-driven server out of reply buffers (8 at --max-conns 1) and the SRQ
+# Peers that leave their replies stuck: each asks the server's NIC to retry "receiver not ready"
+# forever (--rnr-retry 7), posts no receive, sends 8 requests, then disconnects or is killed.
+# The replies leave the send queue only as flushes, at the server's close; any lost with the QP
+# would leave the event-driven server out of reply buffers (8 at --max-conns 1) and the SRQ
 # shrunk.  After more peers than that, clients are served and nothing is lost.
 test_stuck_replies() {
 	local s=$1 t=$1/stuck_replies i bad='' steps
@@ -514,8 +501,7 @@ test_stuck_replies() {
 		grep -qx 'blind sent=8' "$work/stuck.out" ||
 			{ bad="peer $i (${steps[*]}): $(cat "$work/stuck.out" "$work/stuck.err" | head -c 300 || true)"; break; }
 	done
-	# Once nothing is in use, the server has taken every request it got:
-	# the last peer's may have been read after that peer had gone.
+	# Nothing in use: the server has taken every request (the last peer's maybe after it went).
 	expect_stats "$t/nothing_lost"
 	[ -n "$bad" ] || ! grep -Eq 'reason=no_reply_buffer|sent more than' "$work"/server.{out,err} ||
 		bad="the server ran out: $(grep -h -m 1 -E 'reason=no_reply_buffer|sent more than' "$work"/server.{out,err})"
@@ -612,11 +598,10 @@ device_gone() {
 }
 
 # rdma link delete of a device: the kernel's CM tells each connection on it
-# (RDMA_CM_EVENT_DEVICE_REMOVAL), and the server closes those, serves the
-# other device's clients on, and lets the device go with its last client: the
-# delete ends while the server runs.  So does the delete of a device whose
-# clients have all gone, and a client through it made again is served.  A
-# server listening on the device (-a) says so and ends.
+# (RDMA_CM_EVENT_DEVICE_REMOVAL), and the server closes those, serves the other device's clients
+# on, and lets the device go with its last client: the delete ends while the server runs.  So
+# does the delete of a device whose clients have all gone, and a client through it made again is
+# served.  A server listening on the device (-a) says so and ends.
 test_device_removed() {
 	local s=$1 t=$1/device_removed netdev stays gone qp del status=0
 	[ -n "${RDMA_DEV2:-}" ] || { skip "$t" "no second device (SOFT_ROCE_DEVICES=2)"; return; }
@@ -774,11 +759,10 @@ test_isolation() {
 	test_sigint "$t"
 }
 
-# --isolation mr as an ordinary user, under ulimit -l: the pool has no region
-# of its own, so only the granted slices are pinned, once.  At 2 MiB a 1 MiB
-# slice is granted; a second would pass the limit, and the server says that
-# this, not a full pool, is why it denies it (ENOMEM, the protocol's only
-# status for "no memory").
+# --isolation mr as an ordinary user, under ulimit -l: the pool has no region of its own, so only
+# the granted slices are pinned, once.  At 2 MiB a 1 MiB slice is granted; a second would pass
+# the limit, and the server says that this, not a full pool, is why it denies it (ENOMEM, the
+# protocol's only status for "no memory").
 test_isolation_unprivileged() {
 	local s=$1 t=$1/isolation_mr/unprivileged
 	needs_root "$t" "run the server as another user (setpriv)" || return 0
