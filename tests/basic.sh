@@ -75,9 +75,8 @@ scale_row_missing() {
 	done
 }
 
-# latency_row_missing RESULTS: the first row of the smoke run's round-trip
-# table that RESULTS lacks, or has without a positive median and p99 or an
-# idle CPU figure; nothing if all are there.
+# latency_row_missing RESULTS: the first row of the smoke run's round-trip table that RESULTS
+# lacks, or has without a positive median and p99 or an idle CPU figure; nothing if all are there.
 latency_row_missing() {
 	local what pos='[0-9.]*[1-9][0-9.]*'
 	grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" ||
@@ -90,15 +89,13 @@ latency_row_missing() {
 	done
 }
 
-# make bench's smoke run (bench.sh --smoke), so that it cannot rot: a few
-# hundred writes at K = 16 through every measurement, up to 4 clients at once
-# against each server.  bench.sh fails on a doorbell out of order or wrong;
-# here every number it reports must be there and positive.  Two run at once
-# into one folder: one waits (one bench per machine), both pass, and the
-# folder is one run's, whole.  In the second, perftest's first server ends at
-# once, as a peer's hiccup would: the pair is started again.  The timeouts
-# only stop a hang (in the VM on 6.1: 195 s, 1048 s beside two more VMs) and
-# count a wait for the other: either may lock first.
+# make bench's smoke run (bench.sh --smoke), so that it cannot rot: a few hundred writes at
+# K = 16 through every measurement, up to 4 clients at once against each server.  bench.sh fails
+# on a doorbell out of order or wrong; here every number it reports must be there and positive.
+# Two run at once into one folder: one waits (one bench per machine), both pass, and the folder
+# is one run's, whole.  In the second, perftest's first server ends at once, as a peer's hiccup
+# would: the pair is started again.  The timeouts only stop a hang (in the VM on 6.1: 195 s,
+# 1048 s beside two more VMs) and count a wait for the other: either may lock first.
 test_bench_smoke() {
 	local t=bench_smoke dir=$work/bench status=0 status2=0 why='' missing idle pid png
 	mkdir -p "$work/flaky"

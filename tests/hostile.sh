@@ -11,8 +11,7 @@ server_end() {
 	stop_server || fail "$1/server_survives" "exit status $?"
 }
 
-# granted_qp NAME: the QP (qp=0x...) of the server's grant line for peer
-# NAME's slice (by its key); false if there is none.
+# granted_qp NAME: the qp=0x... of the server's grant for peer NAME's slice (by its key), or false.
 granted_qp() {
 	local rkey
 	await_line "$work/$1.out" '^reply status=0 ' 20 || return 1
@@ -73,11 +72,10 @@ other_address_served() {
 # qps_of PID: how many RC QPs the kernel lists for process PID.
 qps_of() { rdma resource show qp 2>/dev/null | grep -c " type RC .* pid $1 " || true; }
 
-# One address could hold every place (connections that ask for a slice and
-# stay, or half-open ones reopened as each deadline closes them).  It may hold
-# --conns-per-source places, by default half of --max-conns: with --max-conns
-# 4, an established and a half-open peer from one address, and the next from
-# there is refused; a client from another address is served.
+# One address could hold every place (connections that ask for a slice and stay, or half-open
+# ones reopened as each deadline closes them).  It may hold --conns-per-source places, by default
+# half of --max-conns: with --max-conns 4, an established and a half-open peer from one address,
+# and the next from there is refused; a client from another address is served.
 test_source_limits() {
 	local s=$1 t=$1/source_limits pids=() i
 	second_address "$t" || return 0
@@ -101,9 +99,8 @@ test_source_limits() {
 	server_end "$t"
 }
 
-# An established peer that never asks for a slice would hold its place for
-# ever: it is closed --request-timeout-ms after its accept. One that asked
-# at once stays, however long it takes to write.
+# An established peer that never asks for a slice would hold its place for ever: it is closed
+# --request-timeout-ms after its accept.  One that asked at once stays, however late it writes.
 test_request_deadline() {
 	local s=$1 t=$1/request_deadline qp
 	own_server "$t" "$s" --request-timeout-ms 1500 || return 0
@@ -124,9 +121,8 @@ test_request_deadline() {
 	server_end "$t"
 }
 
-# A peer that vanishes without a disconnect (its QP stops answering, as a
-# machine that died would) must be found by the keepalive probe and closed;
-# a peer that is merely quiet must not be.
+# A peer that vanishes without a disconnect (its QP stops answering, as a machine that died
+# would) must be found by the keepalive probe and closed; a peer that is merely quiet must not be.
 test_keepalive() {
 	local s=$1 t=$1/keepalive qp
 	own_server "$t" "$s" --keepalive-ms 1000 || return 0
@@ -149,10 +145,9 @@ test_keepalive() {
 	server_end "$t" vanished_peer_freed "$peer_pid"
 }
 
-# A write past the end of the pool's region breaks the server's QP (on rxe
-# with no completion; 6.12 raises LAST_WQE_REACHED, 6.1 nothing): a pool of
-# one chunk, all of it the peer's slice. The connection must close with a
-# line saying why, not keep its place until the peer leaves.
+# A write past the end of the pool's region breaks the server's QP (on rxe with no completion;
+# 6.12 raises LAST_WQE_REACHED, 6.1 nothing): a pool of one chunk, all of it the peer's slice.
+# The connection must close with a line saying why, not keep its place until the peer leaves.
 test_broken_qp() {
 	local s=$1 t=$1/broken_qp qp
 	own_server "$t" "$s" --keepalive-ms 1000 --pool-size 4096 || return 0
@@ -193,10 +188,9 @@ test_key_guesses() {
 	server_end "$t"
 }
 
-# The guessers with their connections opened first, then on each at once
-# a write its key does not open (just past its slice, as a wrong key is
-# refused): the penalty refuses only new connections, so a source guesses
-# as often as it holds places (--conns-per-source, 8 here), then is refused.
+# The guessers' connections open first, then on each at once a write its key does not open (just
+# past its slice, as a wrong key is refused): the penalty refuses only new connections, so a
+# source guesses as often as it holds places (--conns-per-source, 8 here), then is refused.
 test_guesses_at_once() {
 	local s=$1 t=$1/key_guesses/at_once i pids=() refused
 	own_server "$t" "$s" --isolation mr --conns-per-source 8 || return 0
@@ -220,11 +214,10 @@ test_guesses_at_once() {
 	server_end "$t"
 }
 
-# A SEND WITH INVALIDATE naming a neighbour's key while the neighbour
-# streams.  Under --isolation mr the key is a region's from ibv_reg_mr(),
-# which rxe does not let a peer invalidate (seen on 6.1 and 6.12): the
-# attacker's receive fails and it is closed, and the victim streams to its
-# end (1 MiB, 262144 slots: lapped only if the server is 262 doorbells behind).
+# A SEND WITH INVALIDATE naming a neighbour's key while the neighbour streams.  Under --isolation
+# mr the key is a region's from ibv_reg_mr(), which rxe does not let a peer invalidate (seen on
+# 6.1 and 6.12): the attacker's receive fails and it is closed, and the victim streams to its end
+# (1 MiB, 262144 slots: lapped only if the server is 262 doorbells behind).
 test_invalidate() {
 	local s=$1 t=$1/invalidate n=1000000 rkey victim seen status=0
 	own_server "$t" "$s" --isolation mr || return 0
@@ -256,10 +249,9 @@ test_device_limits() {
 	pass_unless "$t/never_listens" "$(sed -n 's/^listen /it listened first: &/p' "$work/cmd.out")"
 }
 
-# server_into_fifo T PROGRAM READER [--stderr-too] [OPTIONS...]: the
-# server's stdout (and stderr) into a FIFO that the shell command READER
-# reads, its output in $work/server.out; waits until the server listens
-# (else T fails, both are ended, and false).
+# server_into_fifo T PROGRAM READER [--stderr-too] [OPTIONS...]: the server's stdout (and
+# stderr) into a FIFO that the shell command READER reads, its output in $work/server.out; waits
+# until the server listens (else T fails, both are ended, and false).
 server_into_fifo() {
 	local t=$1 program=$2 reader=$3 err=$work/server.err
 	shift 3
@@ -302,9 +294,8 @@ drops_counted() {
 	fi
 }
 
-# Whoever reads the server's stdout stops reading: the server must go on
-# serving (its lines dropped and counted), not block with its receives
-# unposted while every client meets "receiver not ready".
+# Whoever reads the server's stdout stops reading: the server must serve on (its lines dropped and
+# counted), not block with its receives unposted while every client meets "receiver not ready".
 test_output_stalled() {
 	local s=$1 t=$1/output_stalled status=0
 	server_into_fifo "$t" "$s" 'head -n 1; exec sleep 600' || return 0

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The two-machine tests: server and client in two VMs joined by one virtual
-# cable (scripts/vm-pair.sh).  One pair of boots runs the sessions of PLAN
-# one after the other, each checked as the end-to-end tests check one
-# device (tests/lib.sh's check_session, and SIGINT), then packet by packet
-# in the cable's capture by scripts/wire-check.sh, which must also catch a
-# capture that differs, naming the packet; one rping crosses the second
-# cable.  Runs here, not in a VM (it boots the VMs); reports in TAP.
+# The two-machine tests: server and client in two VMs joined by one virtual cable
+# (scripts/vm-pair.sh).  One pair of boots runs the sessions of PLAN one after the other, each
+# checked as the end-to-end tests check one device (tests/lib.sh's check_session, and SIGINT),
+# then packet by packet in the cable's capture by scripts/wire-check.sh, which must also catch a
+# capture that differs, naming the packet; one rping crosses the second cable.  Runs here, not in
+# a VM (it boots the VMs); reports in TAP.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,17 +13,15 @@ mkdir -p "$top/build"
 dir=$(mktemp -d "$top/build/wire-test.XXXXXX")
 work=$dir pcap=$dir/cable.pcap report_stage=wire
 . "$top/tests/lib.sh"
-# Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY.
-# The first writes more than its slice has slots (4096 bytes: 1024), so
-# the slots wrap round; the last goes over IPv6 (make wire --ipv6).
+# Every session: NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY.  The first writes more than
+# its slice has slots (4096 bytes: 1024), so they wrap; the last goes over IPv6 (make wire --ipv6).
 PLAN="poll rdma_pool_server 7471 4096 1100 100 4
 ev rdma_srq_pool_server_ev 7472 10000 12 4 4
 v6 rdma_srq_pool_server_ev 7473 10000 12 4 6"
 declare -A GRANTED=([4096]=4096 [10000]=12288) # bytes asked -> granted
 
-# test_session NAME SERVER SIZE WRITES EVERY FAMILY: one session, from
-# both programs' output (the server's SIGINT from the status the server VM
-# wrote down), then from the cable.
+# test_session NAME SERVER SIZE WRITES EVERY FAMILY: one session, from both programs' output
+# (the server's SIGINT from the status the server VM wrote down), then from the cable.
 test_session() {
 	local name=$1 server=$2 size=$3 writes=$4 every=$5 family=$6
 	local t=wire/$server status why
@@ -65,14 +62,12 @@ first_packet() {
 		2>/dev/null | sed -n 1p || true
 }
 
-# grant_of NAME KEY: KEY's value (addr or rkey) in the grant that session
-# NAME's client printed.
+# grant_of NAME KEY: KEY's value (addr or rkey) in the grant that session NAME's client printed.
 grant_of() { sed -n "s/^granted .*$2=\(0x[0-9a-f]*\) .*/\1/p" "$dir/$1/client.out"; }
 
-# The checker must fail and name the first packet that differs, as found
-# by tshark's own filters: in a corrupted copy of the capture; told that the
-# ev session rang every 5 writes (it rang every 4); told that the poll
-# session was granted another key (the ev session's server's pool key).
+# The checker must fail and name the first packet that differs, as found by tshark's own filters:
+# in a corrupted copy of the capture; told that the ev session rang every 5 writes (it rang every
+# 4); told that the poll session was granted another key (the ev session's server's pool key).
 test_checker_fails() {
 	local t=wire/checker_names_first_difference addr rkey va pool at=''
 	addr=$(grant_of ev addr) rkey=$(grant_of ev rkey)
@@ -173,10 +168,9 @@ test_ipv6_trace() {
 		$4 == s && $9 ~ / port=7473 / { found = 1 } END { exit !found }' <<<"$raw"
 }
 
-# A keepalive probe, the server's RDMA WRITE of no bytes every
-# --keepalive-ms, is part of a session (a client stalled 10 s in CI met
-# one). The poll session with one put before its disconnect, and
-# acknowledged, passes the checker; with 4 bytes, it is named.
+# A keepalive probe, the server's RDMA WRITE of no bytes every --keepalive-ms, is part of a
+# session (a client stalled 10 s in CI met one).  The poll session with one put before its
+# disconnect, and acknowledged, passes the checker; with 4 bytes, it is named.
 test_checker_probe() {
 	local t=wire/checker_takes_a_keepalive_probe at got status=0 probes why=''
 	at=$(with_probe where || true)
@@ -196,10 +190,9 @@ test_checker_probe() {
 		--outputs "$dir/poll" size=4096 writes=1100 every=100 < <(with_probe 4)
 }
 
-# with_probe LEN|where|resp: the capture's records (raw), with a server's
-# RDMA WRITE of LEN bytes and its ACK just before the poll session's CM
-# DisconnectRequest (named as that frame, with the server's next PSN);
-# "where": that frame and PSN; "resp": those of its RESP_ALLOC, by its rkey.
+# with_probe LEN|where|resp: the capture's records (raw), with a server's RDMA WRITE of LEN bytes
+# and its ACK just before the poll session's CM DisconnectRequest (named as that frame, with the
+# server's next PSN); "where": that frame and PSN; "resp": those of its RESP_ALLOC, by its rkey.
 with_probe() {
 	awk -F'\t' -v OFS='\t' -v k="$(grant_of poll rkey)" -v len="$1" '
 		{ line[NR] = $0 }
@@ -224,9 +217,8 @@ with_probe() {
 		}' <<<"$raw"
 }
 
-# The decoder reads the message's layout from common/, as the programs are
-# built with it: in a copy whose rkey and status trade places, the
-# server's RESP_ALLOC decodes with them traded.
+# The decoder reads the message's layout from common/, as the programs are built with it: in a
+# copy whose rkey and status trade places, the server's RESP_ALLOC decodes with them traded.
 test_decoder_layout() {
 	local t=wire/decoder_follows_common copy=$dir/layout rkey got why=''
 	mkdir -p "$copy/scripts"
@@ -251,10 +243,9 @@ session_records() {
 		on { print } $5 == "cm-drep" { on = 0 }' <<<"$raw"
 }
 
-# chart_why NAME PORT: why session NAME's chart (scripts/wire-chart.awk) is
-# wrong, if it is: the arrows' comments count its packets by kind, each
-# once; each program's line that tells of a packet (the grant, each
-# doorbell) is in a mark on its column; mscgen draws it.
+# chart_why NAME PORT: why session NAME's chart (scripts/wire-chart.awk) is wrong, if it is: the
+# arrows' comments count its packets by kind, each once; each program's line that tells of a
+# packet (the grant, each doorbell) is in a mark on its column; mscgen draws it.
 chart_why() {
 	local msc=$dir/$1/session.msc want got line marks
 	session_records "$2" | awk -v "cout=$dir/$1/client.out" -v "sout=$dir/$1/server.out" \
@@ -309,9 +300,8 @@ arrows() {
 		END { print acks + 0 " ACKs" }'
 }
 
-# The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu
-# versions without "stream" (Ubuntu 22.04's 6.2): the VMs' second cable,
-# and one rping across it after the sessions.
+# The older cable, qemu's "socket" netdev (TCP on 127.0.0.1), for the qemu versions without
+# "stream" (Ubuntu 22.04's 6.2): the VMs' second cable, and one rping across it after the sessions.
 test_socket_cable() {
 	local why=''
 	if ! grep -q "^vm-pair: cable 1: qemu's socket netdev" "$dir/vms.log"; then
