@@ -273,9 +273,8 @@ EOF
 	echo "![aggregate writes/s against clients](scale.png)"
 } >>"$out/results.md"
 
-# The plots, in one run of gnuplot (starting it takes seconds under
-# emulation).  The first: the client's writes/s against K, one line per
-# window, and ib_write_bw's rate as a horizontal line.
+# The plots, in one run of gnuplot (starting it takes seconds under emulation).  The first: the
+# client's writes/s against K, one line per window, and ib_write_bw's rate as a horizontal line.
 for k in $ks; do
 	printf '%s' "$k"
 	for w in "${wins[@]}"; do printf '\t%s' "$(median "$rates" client "$k" "$w")"; done
@@ -296,16 +295,14 @@ while IFS= read -r server; do
 	scale_plots+="${scale_plots:+, }'$out/scale.dat' index $((index++)) using 1:2 title '$server' with linespoints linewidth 2"
 done <<<"$(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$scale")"
 clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
-# The third: the event-driven server's round trip (median, p99) and idle
-# CPU against its busy-poll budget, with the tick loop's round trip as
-# lines; a budget per x position, in the order they ran.
+# The third: the event-driven server's round trip (median, p99) and idle CPU against its busy-poll
+# budget, with the tick loop's round trip as lines; a budget per x position, in the order they ran.
 latency_table | awk -F'\t' '$1 ~ /--busy-poll-us / {
 	n = split($1, w, " "); printf "%d\t%s\t%s\t%s\t%s\n", i++, w[n], $2, $5, $6 }' >"$out/busy_poll.dat"
 read -r tick_median tick_p99 <<<"$(latency_table | awk -F'\t' '$1 == "rdma_pool_server" { print $2, $5 }')"
 budget_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/busy_poll.dat")
-# The idle axis up to the highest idle CPU, and at least 1%: the
-# event-driven server's is often 0 at every budget, which gnuplot's
-# autoscale cannot draw (it warns of an empty range).
+# The idle axis up to the highest idle CPU, and at least 1%: the event-driven server's is often
+# 0 at every budget, which gnuplot's autoscale cannot draw (it warns of an empty range).
 idle_top=$(awk -F'\t' '$5 > m { m = $5 } END { print (m > 1 ? m * 1.1 : 1) }' "$out/busy_poll.dat")
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
 cache=$(mktemp -d)

@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# make doctor: can this machine run the programs?  Checks, in the order a
-# learner meets them, what most often stands in the way: the Soft-RoCE
-# module, an RDMA device and its link, libibverbs seeing it, an address
-# rdma_cm can use, the device nodes, the memlock limit, and last a real
-# connection (rping).  Needs no build and changes nothing.
+# make doctor: can this machine run the programs?  Checks, in the order a learner meets them,
+# what most often stands in the way: the Soft-RoCE module, an RDMA device and its link,
+# libibverbs seeing it, an address rdma_cm can use, the device nodes, the memlock limit, and last
+# a real connection (rping).  Needs no build and changes nothing.
 #
 # One line per check, to grep (and "note ..." lines, not counted):
 #   ok   WHAT: what was found
 #   FAIL WHAT: what is wrong
 #        fix: one line that fixes it
 #   skip WHAT: why it could not be checked (as when an earlier one failed)
-# then "doctor: N checks: N ok, N failed, N skipped".  Exits 0 when nothing
-# failed, 1 otherwise.
+# then "doctor: N checks: N ok, N failed, N skipped".  Exits 0 when nothing failed, 1 otherwise.
 #
 # The fixes speak this system's language: its package names and manager
 # (scripts/packages.txt; OS_RELEASE=FILE reads another system's os-release),
@@ -24,11 +22,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 SYSFS=/sys/class/infiniband
 NODES=/dev/infiniband
-# What ibv_reg_mr pins, in KiB: the server's pool (DEFAULT_POOL_SIZE in
-# common/common.h, 4 MiB) plus its receive and reply buffers (8 and 16 KiB
-# at the defaults, in whole pages) with room to spare.  Measured (VmPin in
-# /proc/PID/status, defaults): 4128 KiB event-driven server, 4108 polling,
-# 4 client.  --isolation mr pins each granted slice instead: never more in all.
+# What ibv_reg_mr pins, in KiB: the server's pool (DEFAULT_POOL_SIZE in common/common.h, 4 MiB)
+# plus its receive and reply buffers (8 and 16 KiB at the defaults, in whole pages) with room to
+# spare.  Measured (VmPin in /proc/PID/status, defaults): 4128 KiB event-driven server, 4108
+# polling, 4 client.  --isolation mr pins each granted slice instead: never more in all.
 NEED_KIB=$((4096 + 64)) # the pool, and the buffers with room to spare
 CAP_IPC_LOCK=14 # bit number in /proc/PID/status CapEff (linux/capability.h)
 VM_HINT="make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
@@ -102,9 +99,8 @@ module_fix() {
 	elif line=$(install_of rdma_rxe); then
 		echo "$line (rdma_rxe is packaged apart from the kernel here)"
 	elif [[ $(uname -r) =~ -cloud-(amd64|arm64)$ ]]; then
-		# Debian's cloud kernel leaves rdma_rxe out (its
-		# drivers/infiniband has the core, mlx4_ib and mlx5_ib only);
-		# the standard kernel of the same architecture has it.
+		# Debian's cloud kernel leaves rdma_rxe out (its drivers/infiniband has the core,
+		# mlx4_ib and mlx5_ib only); the standard kernel of the same architecture has it.
 		echo "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has:" \
 			"$(install_line "linux-image-${BASH_REMATCH[1]}"), then boot it, for host mode; or $VM_HINT"
 	else

@@ -30,10 +30,9 @@ INIT=$repo/scripts/vm-init.sh # PID 1 of the VM, run by busybox sh
 say() { echo "$vm_prog: $*" >&2; }
 die() { say "$@"; exit 1; }
 
-# kernel_root VERSION: the directory holding boot/vmlinuz-VERSION and
-# lib/modules/VERSION: its folder in the cache, else / (the same version may
-# be both: Debian 12 with bookworm-backports' kernel installed, whose
-# modules may lack what the VM needs).  Fails if neither has it.
+# kernel_root VERSION: the directory holding boot/vmlinuz-VERSION and lib/modules/VERSION: its
+# folder in the cache, else / (the same version may be both: Debian 12 with bookworm-backports'
+# kernel installed, whose modules may lack what the VM needs).  Fails if neither has it.
 kernel_root() {
 	local root
 	for root in "$KERNEL_CACHE/$1/" /; do
@@ -43,9 +42,8 @@ kernel_root() {
 	return 1
 }
 
-# initramfs_modules ROOT VERSION: the module files the initramfs must load,
-# dependencies first, from the kernel's own modules.dep (a module built into
-# the kernel needs no file).  Fails if one is missing.
+# initramfs_modules ROOT VERSION: the module files the initramfs must load, dependencies first,
+# from the kernel's own modules.dep (a built-in module needs no file).  Fails if one is missing.
 initramfs_modules() {
 	local m
 	for m in "${INITRAMFS_MODULES[@]}"; do
@@ -53,9 +51,8 @@ initramfs_modules() {
 	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }'
 }
 
-# kernel_usable VERSION: true if the VM can boot it: its image readable, and
-# rdma_rxe and every module of the initramfs among its modules, in a form
-# this machine can unpack.  Sets why_not otherwise.
+# kernel_usable VERSION: true if the VM can boot it: its image readable, and rdma_rxe and every
+# initramfs module among its modules, in a form this machine can unpack.  Sets why_not otherwise.
 kernel_usable() {
 	local ver=$1 root files f tool
 	why_not=''
@@ -80,9 +77,8 @@ kernel_usable() {
 # The kernels in /boot, newest first.
 boot_kernels() { compgen -G '/boot/vmlinuz-*' | sed 's,^/boot/vmlinuz-,,' | sort -rV; }
 
-# find_kernel: sets vm_ver and vm_root to the first kernel that can boot:
-# VM_KERNEL, else each kernel in /boot in turn.  Says on stderr why each
-# one before it could not; fails if none can.
+# find_kernel: sets vm_ver and vm_root to the first kernel that can boot: VM_KERNEL, else each
+# kernel in /boot in turn.  Says on stderr why each one before it could not; fails if none can.
 find_kernel() {
 	local ver
 	vm_ver=${VM_KERNEL:-}
@@ -98,11 +94,10 @@ find_kernel() {
 	vm_root=$(kernel_root "$vm_ver")
 }
 
-# kernel_for_vms: where /boot has no kernel the VM can boot (Debian's cloud
-# kernel has no rdma_rxe, a container has no kernel at all), one for the
-# VMs alone: with apt and Debian's archive keys, Debian's, fetched into the
-# cache, not installed (this machine boots the kernel it had); elsewhere,
-# this system's package (deps.sh vm-kernel).  Sets vm_ver and vm_root, or dies.
+# kernel_for_vms: where /boot has no kernel the VM can boot (Debian's cloud kernel has no
+# rdma_rxe, a container has no kernel at all), one for the VMs alone: with apt and Debian's
+# archive keys, Debian's, fetched into the cache, not installed (this machine boots the kernel it
+# had); elsewhere, this system's package (deps.sh vm-kernel).  Sets vm_ver and vm_root, or dies.
 kernel_for_vms() {
 	local none="no kernel in /boot can boot the Soft-RoCE VM" why="each one's reason is above"
 	[ -n "$(boot_kernels)" ] || why="/boot has none"
@@ -182,20 +177,17 @@ build_initramfs() {
 	echo "$image"
 }
 
-# qemu_cmd ACCEL APPEND MEGABYTES CPUS: sets the array qemu to the command
-# line every boot of vm_ver shares, for the caller to add devices to.  Only
-# panics reach the console (loglevel=1); panic=-1 reboots at once, and
-# -no-reboot turns that into qemu exiting.  oops=panic: an oops otherwise
-# kills only the task, and may leave the machine deadlocked (the kernel's
-# kernel-parameters.txt); seen: a task that oopsed hung in exit_mmap()
-# until the VM's time ran out.  TCG keeps a host thread per vCPU, though a
-# vCPU then now and then runs an int3 that the kernel's code patching has
-# already replaced ("Oops: int3": 6.12, 1 boot in 40; vm-run.sh boots again):
-# on one thread (thread=single), none in 40, but a busy vCPU holds it up to
-# 100 ms (QEMU's TCG_KICK_PERIOD), and make test ran slower and failed.
-# Not -nographic: with it, the BIOS draws its screen on the first serial
-# port, the guest job's stdout.  -nic none: no network but what the
-# caller plugs in.
+# qemu_cmd ACCEL APPEND MEGABYTES CPUS: sets the array qemu to the command line every boot of
+# vm_ver shares, for the caller to add devices to.  Only panics reach the console (loglevel=1);
+# panic=-1 reboots at once, and -no-reboot turns that into qemu exiting.  oops=panic: an oops
+# otherwise kills only the task, and may leave the machine deadlocked (the kernel's
+# kernel-parameters.txt); seen: a task that oopsed hung in exit_mmap() until the VM's time ran
+# out.  TCG keeps a host thread per vCPU, though a vCPU then now and then runs an int3 that the
+# kernel's code patching has already replaced ("Oops: int3": 6.12, 1 boot in 40; vm-run.sh boots
+# again): on one thread (thread=single), none in 40, but a busy vCPU holds it up to 100 ms
+# (QEMU's TCG_KICK_PERIOD), and make test ran slower and failed.  Not -nographic: with it, the
+# BIOS draws its screen on the first serial port, the guest job's stdout.  -nic none: no network
+# but what the caller plugs in.
 qemu_cmd() {
 	qemu=(qemu-system-x86_64 -accel "$1" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
 		-initrd "$vm_initramfs" -append "console=ttyS1 quiet loglevel=1 panic=-1 oops=panic $2"
@@ -204,9 +196,8 @@ qemu_cmd() {
 
 kvm_usable() { [ -r /dev/kvm ] && [ -w /dev/kvm ]; }
 
-# KVM runs a guest many times faster than TCG, where it works; on some
-# machines /dev/kvm is there but a guest hangs under it.  So a probe guest
-# decides, once per boot of this machine (build/vm/accel-*).
+# KVM runs a guest many times faster than TCG, where it works; on some machines /dev/kvm is there
+# but a guest hangs under it.  So a probe guest decides, once per boot here (build/vm/accel-*).
 choose_accel() {
 	local out
 	case ${VM_ACCEL:-} in
@@ -272,13 +263,12 @@ write_job() {
 	printf 'exec%s\n' "$(printf ' %q' "$@")"
 }
 
-# boot_vm JOB MEGABYTES CPUS MARK [QEMU_ARGS...]: one VM, until its guest
-# powers off; qemu's exit status (124: VM_TIMEOUT ran out).  JOB, the folder
-# of job.sh, gets qemu.pid (stop_qemu); QEMU_ARGS add devices; name=value
-# words in VM_APPEND reach the guest's init.  The job's stdout is qemu's, and
-# its stderr, with the kernel's messages, qemu's stderr: "2>&1 >&3" swaps the
-# two so that both pass through sed and come out here as they went in, each
-# line after MARK and without the \r that ends serial lines.
+# boot_vm JOB MEGABYTES CPUS MARK [QEMU_ARGS...]: one VM, until its guest powers off; qemu's exit
+# status (124: VM_TIMEOUT ran out).  JOB, the folder of job.sh, gets qemu.pid (stop_qemu);
+# QEMU_ARGS add devices; name=value words in VM_APPEND reach the guest's init.  The job's stdout
+# is qemu's, and its stderr, with the kernel's messages, qemu's stderr: "2>&1 >&3" swaps the two
+# so that both pass through sed and come out here as they went in, each line after MARK and
+# without the \r that ends serial lines.
 boot_vm() {
 	local job=$1 mem=$2 cpus=$3 edit="s/\r//g; s/^/$4/" share=security_model=none,multidevs=remap
 	local append="vm_repo=$repo vm_job=$job ${VM_APPEND:-}"
