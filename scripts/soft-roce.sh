@@ -1,50 +1,46 @@
 #!/usr/bin/env bash
-# soft-roce.sh CMD [ARGS...]: run CMD, and exit with its status, where an
-# RDMA device works, with RDMA_ADDR set to the IPv4 address clients should
-# connect to (servers listen on 0.0.0.0) and RDMA_DEV to the device's name.
+# soft-roce.sh CMD [ARGS...]: run CMD, and exit with its status, where an RDMA device works, with
+# RDMA_ADDR set to the IPv4 address clients should connect to (servers listen on 0.0.0.0) and
+# RDMA_DEV to the device's name.
 #
-# Soft-RoCE (the rdma_rxe kernel module, "rxe") makes an RDMA device out of
-# an ordinary network interface: the same verbs and rdma_cm calls as with a
-# RoCE NIC, carried out by the kernel in software. Where CMD runs, the first
-# of these that works (each one tried says in a line why it would not do):
+# Soft-RoCE (the rdma_rxe kernel module, "rxe") makes an RDMA device out of an ordinary network
+# interface: the same verbs and rdma_cm calls as with a RoCE NIC, carried out by the kernel in
+# software. Where CMD runs, the first of these that works (each one tried says in a line why it
+# would not do):
 #   1. RDMA_ADDR already set: on the device you set up yourself.
-#   2. An existing RDMA device of any kind (Soft-RoCE, a RoCE or InfiniBand
-#      NIC): an ACTIVE port whose netdev has an IPv4 address rping reaches.
-#   3. As root, on this machine's kernel: a Soft-RoCE device and a dummy
-#      interface of its own, both named rxe_demo<PID> after this script's
-#      process (two runs at once each have their own), with two addresses
-#      from 198.18.0.0/15, the benchmarking range (a /32 on a dummy: packets
-#      to it never leave this machine), RDMA_ADDR and RDMA_ADDR2 (for tests
-#      that need a second peer address), and an IPv6 one, RDMA_ADDR6.  Never
-#      lo: rdma_cm on Debian 12's 6.1 cannot route to 127.0.0.1.  With
-#      SOFT_ROCE_DEVICES=2, a second device and interface, rxe_dem2<PID>,
-#      with an address of its own (RDMA_DEV2, RDMA_ADDR_DEV2) for tests of a
+#   2. An existing RDMA device of any kind (Soft-RoCE, a RoCE or InfiniBand NIC): an ACTIVE port
+#      whose netdev has an IPv4 address rping reaches.
+#   3. As root, on this machine's kernel: a Soft-RoCE device and a dummy interface of its own,
+#      both named rxe_demo<PID> after this script's process (two runs at once each have their
+#      own), with two addresses from 198.18.0.0/15, the benchmarking range (a /32 on a dummy:
+#      packets to it never leave this machine), RDMA_ADDR and RDMA_ADDR2 (for tests that need a
+#      second peer address), and an IPv6 one, RDMA_ADDR6.  Never lo: rdma_cm on Debian 12's 6.1
+#      cannot route to 127.0.0.1.  With SOFT_ROCE_DEVICES=2, a second device and interface,
+#      rxe_dem2<PID>, with an address of its own (RDMA_DEV2, RDMA_ADDR_DEV2) for tests of a
 #      server that serves every device.
-#   4. Where this kernel has no rdma_rxe: a VM whose kernel has it
-#      (scripts/vm-run.sh), in which this script runs again and takes 3.
+#   4. Where this kernel has no rdma_rxe: a VM whose kernel has it (scripts/vm-run.sh), in which
+#      this script runs again and takes 3.
 # SOFT_ROCE_MODE=host stops before 4; SOFT_ROCE_MODE=vm goes to 4 at once.
 #
-# CMD runs in a session of its own. When it ends, or this script gets
-# SIGINT (Ctrl-C), SIGTERM or SIGHUP (the terminal closed), every process
-# left in that session is stopped, then the device, the interface and the
-# modules this run loaded are removed, and on a signal it ends by that signal.
-# What a path needs and lacks, scripts/deps.sh installs (as root) or names.
+# CMD runs in a session of its own. When it ends, or this script gets SIGINT (Ctrl-C), SIGTERM or
+# SIGHUP (the terminal closed), every process left in that session is stopped, then the device,
+# the interface and the modules this run loaded are removed, and on a signal it ends by that
+# signal. What a path needs and lacks, scripts/deps.sh installs (as root) or names.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/rdma-lib.sh"
 . "$here/system-lib.sh"
 
-# One name for this run's interface and device: 15 characters at most,
-# "rxe_demo" and a PID of up to 7.
+# This run's interface and device name: 15 characters at most, "rxe_demo" and a PID of up to 7.
 PREFIX=rxe_demo PREFIX2=rxe_dem2 OWN=$PREFIX$$ OWN2=$PREFIX2$$
 # What the traps undo: the modules this run loaded, CMD's session.
 loaded_modules=() cmd_sid='' cmd_name=''
 
 say() { echo "soft-roce: $*" >&2; }
 
-# sweep_leftovers: say so of each rxe_demo or rxe_dem2 device or interface
-# whose run has ended (SIGKILL, lost power) and, as root, remove it.
+# sweep_leftovers: say so of each rxe_demo or rxe_dem2 device or interface whose run has ended
+# (SIGKILL, lost power) and, as root, remove it.
 sweep_leftovers() {
 	local name pid
 	for name in $( (rdma link show 2>/dev/null | awk '{ sub("/.*", "", $2); print $2 }'
@@ -89,11 +85,10 @@ try_existing() {
 	return 1
 }
 
-# own_address: a 198.18.0.0/15 address this machine neither has nor routes
-# but by its default route, so that taking it hides nothing.  Listings are
-# read whole: a reader that quits at the first match (grep -q) fails ip's
-# next write, which pipefail turns into "not there" (two make demo at once
-# took one address so).
+# own_address: a 198.18.0.0/15 address this machine neither has nor routes but by its default
+# route, so that taking it hides nothing.  Listings are read whole: a reader that quits at the
+# first match (grep -q) fails ip's next write, which pipefail turns into "not there" (two make
+# demo at once took one address so).
 own_address() {
 	local a have
 	have=$(ip -4 -o addr show)
@@ -126,13 +121,12 @@ remove_own() {
 	done
 }
 
-# The EXIT trap: what this run made, then the modules it loaded, but none
-# that another run may still use: removing a module takes every device of
-# its kind with it, in use or not (drivers/net/dummy.c deletes every dummy
-# interface, drivers/infiniband/sw/rxe/rxe.c every rxe device).  rdma_ucm
-# a program loads again: librdmacm asks the kernel for its device node, and
-# ib_get_client_nl_info() in drivers/infiniband/core/device.c loads it.
-# Under the lock (try_own says why).
+# The EXIT trap: what this run made, then the modules it loaded, but none that another run may
+# still use: removing a module takes every device of its kind with it, in use or not
+# (drivers/net/dummy.c deletes every dummy interface, drivers/infiniband/sw/rxe/rxe.c every rxe
+# device).  rdma_ucm a program loads again: librdmacm asks the kernel for its device node, and
+# ib_get_client_nl_info() in drivers/infiniband/core/device.c loads it. Under the lock (try_own
+# says why).
 cleanup() {
 	local m user
 	remove_own "$OWN" "$OWN2"
@@ -156,8 +150,8 @@ on_signal() {
 	cleanup
 }
 
-# take_lock: this machine's Soft-RoCE lock, held on fd $lock (kept open
-# by a run that holds it already: cleanup from a signal mid-try_own).
+# take_lock: this machine's Soft-RoCE lock, held on fd $lock (kept open by a run that holds it
+# already: cleanup from a signal mid-try_own).
 lock=''
 take_lock() {
 	local dir
@@ -179,9 +173,8 @@ try_own() {
 		return 1
 	fi
 	[ -z "$err" ] || echo "$err" >&2
-	# One run at a time, from the modules to its devices: two runs must
-	# not take one address, nor one ending remove a module between
-	# another's load and its device.
+	# One run at a time, from the modules to its devices: two runs must not take one address,
+	# nor one ending remove a module between another's load and its device.
 	take_lock || return 1
 	make_own || status=$?
 	exec {lock}>&-
@@ -197,8 +190,7 @@ try_own() {
 	how="$OWN, made for this run on a dummy interface of its own"
 }
 
-# make_own: try_own's modules, interfaces and devices, under the lock (its
-# variables are try_own's).
+# make_own: try_own's modules, interfaces and devices, under the lock (variables: try_own's).
 make_own() {
 	load rdma_rxe && load rdma_ucm && load dummy || return 1
 	[ "${SOFT_ROCE_DEVICES:-1}" != 2 ] || names+=("$OWN2")
@@ -235,9 +227,8 @@ try_host() {
 	return 1
 }
 
-# vm_possible: step 4 may be taken: not inside a VM already, and this
-# kernel cannot do Soft-RoCE itself (where it can, a VM proves nothing a
-# root shell here would not).  Sets why_no_vm.
+# vm_possible: step 4 may be taken: not inside a VM already, and this kernel cannot do Soft-RoCE
+# itself (where it can, a VM proves nothing a root shell here would not).  Sets why_no_vm.
 vm_possible() {
 	[ -z "${SOFT_ROCE_IN_VM:-}" ] || { why_no_vm="this is the VM already"; return 1; }
 	[ "$(rxe_module)" = none ] || { why_no_vm="this kernel has rdma_rxe"; return 1; }
@@ -282,10 +273,9 @@ main() {
 
 	say "mode: host ($how; RDMA_ADDR=$RDMA_ADDR RDMA_DEV=$RDMA_DEV${RDMA_DEV2:+ RDMA_ADDR_DEV2=$RDMA_ADDR_DEV2 RDMA_DEV2=$RDMA_DEV2})"
 	export RDMA_ADDR RDMA_ADDR2 RDMA_ADDR6 RDMA_DEV RDMA_DEV2 RDMA_ADDR_DEV2
-	# Not exec: the EXIT trap may have a device to remove afterwards.  CMD
-	# in the background, so that a signal's trap runs at once, with our
-	# stdin (bash gives background commands /dev/null).  Not being a process
-	# group leader here, setsid does not fork: $! is the new session's ID.
+	# Not exec: the EXIT trap may have a device to remove.  CMD in the background, so that a
+	# signal's trap runs at once, with our stdin (bash gives background commands /dev/null).
+	# Not being a process group leader here, setsid does not fork: $! is the new session's ID.
 	# shellcheck disable=SC2034 # read by on_signal, which a trap calls
 	cmd_name=$1
 	setsid "$@" <&0 &

@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# vm-pair.sh [--pcap FILE] CMD [ARGS...]: run CMD on two machines joined by
-# one network cable, the way a server and a client run in real use, and
-# optionally record every frame that crosses the cable.
+# vm-pair.sh [--pcap FILE] CMD [ARGS...]: run CMD on two machines joined by one network cable,
+# the way a server and a client run in real use, and optionally record every frame crossing it.
 #
-# The machines are two throw-away VMs like vm-run.sh's, each with one
-# virtual NIC and Soft-RoCE (rxe0) on it. The cable between the NICs is a
-# socket of this host, which only carries frames from one qemu to the
-# other: the VMs reach each other and nothing else, and every RoCE packet
-# leaves one kernel as an Ethernet frame and enters the other. (VM_CABLE
-# may ask for a second cable, with a second NIC and rxe1 in each VM, to
-# test another kind of cable in the same boot.)  Why VMs even where this
-# kernel has rdma_rxe, and how on two real machines: docs/wire.md.
+# The machines are two throw-away VMs like vm-run.sh's, each with one virtual NIC and Soft-RoCE
+# (rxe0) on it. The cable between the NICs is a socket of this host, which only carries frames
+# from one qemu to the other: the VMs reach each other and nothing else, and every RoCE packet
+# leaves one kernel as an Ethernet frame and enters the other. (VM_CABLE may ask for a second
+# cable, with a second NIC and rxe1 in each VM, to test another kind of cable in the same boot.)
+# Why VMs even where this kernel has rdma_rxe, and how on two real machines: docs/wire.md.
 #
-# CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1) and
-# WIRE_ROLE=client in the other (198.18.0.2); in both, RDMA_ADDR is the server's
-# address, the one clients connect to, and RDMA_ADDR6 its IPv6 one. (On cable N,
-# counted from 0, the addresses are 198.18.N.1 and .2, and fd52:444d:4200:N::1
-# and ::2; RDMA_ADDRS lists the server's IPv4 one on each, comma separated.) The
-# two can coordinate through files in the repository, which both see. Their
+# CMD runs in both VMs, with WIRE_ROLE=server in one (address 198.18.0.1) and WIRE_ROLE=client
+# in the other (198.18.0.2); in both, RDMA_ADDR is the server's address, the one clients connect
+# to, and RDMA_ADDR6 its IPv6 one. (On cable N, counted from 0, the addresses are 198.18.N.1 and
+# .2, and fd52:444d:4200:N::1 and ::2; RDMA_ADDRS lists the server's IPv4 one on each, comma
+# separated.) The two can coordinate through files in the repository, which both see. Their
 # output comes out here, each line marked "[server vm]" or "[client vm]".
 #
 #   --pcap FILE  write the cable's frames to FILE (pcap, as qemu's
@@ -43,11 +39,10 @@ pair='' cable='' server='' client='' pcap='' server_pid='' client_pid=''
 
 usage() { echo "usage: $0 [--pcap FILE] CMD [ARGS...]" >&2; exit 2; }
 
-# run_vm ROLE JOB HOST NETDEV...: boot one VM of the pair, HOST 1 (the
-# server) or 2 (the client), with a NIC on each cable NETDEV defines
-# (cable N is netdev "cableN"), and record qemu's exit status in JOB/qemu.
-# The addresses are of RFC 2544's benchmarking range, and only ever inside
-# the VMs; the MACs are locally administered ones, of qemu's own prefix.
+# run_vm ROLE JOB HOST NETDEV...: boot one VM of the pair, HOST 1 (the server) or 2 (the client),
+# with a NIC on each cable NETDEV defines (cable N is netdev "cableN"), and record qemu's exit
+# status in JOB/qemu. The addresses are of RFC 2544's benchmarking range, and only ever inside the
+# VMs; the MACs are locally administered ones, of qemu's own prefix.
 run_vm() {
 	local role=$1 job=$2 host=$3 n=0 net mac args=() macs='' addrs='' servers='' status=0
 	shift 3
@@ -64,11 +59,10 @@ run_vm() {
 	echo "$status" >"$job/qemu"
 }
 
-# The cables, one kind each in VM_CABLE: a "stream" netdev over a Unix socket
-# of this host where qemu has one (7.2 and later; "auto" takes it there), or
-# the older "socket" netdev over TCP on 127.0.0.1 (qemu 6.2, Ubuntu 22.04's).
-# Sets server_nets and client_nets (each VM's -netdev per cable) and
-# cables_up (a shell command, true once the server VM's qemu listens on all).
+# The cables, one kind each in VM_CABLE: a "stream" netdev over a Unix socket of this host where
+# qemu has one (7.2 and later; "auto" takes it there), or the older "socket" netdev over TCP on
+# 127.0.0.1 (qemu 6.2, Ubuntu 22.04's). Sets server_nets and client_nets (each VM's -netdev per
+# cable) and cables_up (a shell command, true once the server VM's qemu listens on all).
 cable_plan() {
 	local kinds kind n=0 port ports=' ' auto=socket
 	read -ra kinds <<<"${VM_CABLE:-auto}"
@@ -79,8 +73,7 @@ cable_plan() {
 		[ "$kind" != auto ] || kind=$auto
 		case $kind in
 		stream)
-			# The socket's path must be short (108 bytes): not in
-			# the repository.
+			# The socket's path must be short (108 bytes): not in the repository.
 			server_nets+=("stream,id=cable$n,server=on,addr.type=unix,addr.path=$cable/sock$n")
 			client_nets+=("stream,id=cable$n,server=off,addr.type=unix,addr.path=$cable/sock$n")
 			cables_up+=" && test -S '$cable/sock$n'"
@@ -103,9 +96,8 @@ cable_plan() {
 	[ "$n" -gt 0 ] || die "VM_CABLE names no cable"
 }
 
-# grace PID JOB: a guest whose job has died must not leave its peer
-# waiting for news that never comes: once one VM is gone, the other (the
-# background job PID) gets VM_GRACE seconds, then its qemu is stopped.
+# grace PID JOB: a guest whose job has died must not leave its peer waiting for news that never
+# comes: once one VM is gone, the other (background job PID) gets VM_GRACE s, then qemu is stopped.
 grace() {
 	local pid=$1 job=$2 end=$((SECONDS + VM_GRACE))
 	while ((SECONDS < end)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
@@ -113,8 +105,7 @@ grace() {
 	stop_qemu "$job"
 }
 
-# outcome JOB WHAT CMD: "exited N" with CMD's exit status in that VM, or
-# "did not finish" (and why, on stderr).
+# outcome JOB WHAT CMD: "exited N" with CMD's status in that VM, or "did not finish" (why: stderr).
 outcome() {
 	local rc
 	rc=$(job_status "$1" "$(cat "$1/qemu")" "$2" "$3") || { echo "did not finish"; return; }
@@ -153,9 +144,8 @@ main() {
 		WIRE_ROLE=$role VM_PASS_ENV="${VM_PASS_ENV:-} WIRE_ROLE" \
 			write_job "$@" >"$pair/$role/job.sh"
 	done
-	# The server VM holds the listening end of each cable (and the
-	# recorder); the client VM can plug in only once it listens, which it
-	# must do within 30 s and before its qemu ends.
+	# The server VM holds the listening end of each cable (and the recorder); the client VM can
+	# plug in only once it listens, which it must do within 30 s and before its qemu ends.
 	run_vm server "$server" 1 "${server_nets[@]}" &
 	server_pid=$!
 	end=$((SECONDS + 30))
