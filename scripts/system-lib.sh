@@ -1,9 +1,8 @@
 # system-lib.sh: which system this is, its names for what the project needs
 # (scripts/packages.txt), and a run's locks, folders, signals and stops.
 #
-#   read_os_release        sets os_id, os_like, os_version and os_name from
-#                          OS_RELEASE (fails if it cannot be read), else
-#                          /etc/os-release (never run: read)
+#   read_os_release        sets os_id, os_like, os_version and os_name from OS_RELEASE (fails
+#                          if it cannot be read), else /etc/os-release (never run: read)
 #   system_keys            the table's keys for this system, most specific
 #                          first: rocky-9.3, rocky-9, rocky, rhel-9.3, ...
 #   manager                apt or dnf (empty if neither)
@@ -13,9 +12,8 @@
 #   install_line PKG...    the command a user pastes to install them
 #   static_elf FILE        true if FILE is an x86-64 program that needs no
 #                          dynamic loader (no PT_INTERP program header)
-#   lock_dir               where a run's lock files go (root's in a
-#                          folder of /run only root can write; a user's
-#                          in /run/lock, else TMPDIR or /tmp)
+#   lock_dir               where a run's lock files go (root's in a folder of /run only root
+#                          can write; a user's in /run/lock, else TMPDIR or /tmp)
 #   run_dir FINAL          makes and prints a folder of this run's own
 #                          beside the folder FINAL (FINAL.run.XXXXXX)
 #   publish_dir RUN FINAL  RUN takes FINAL's place: FINAL always holds one
@@ -138,13 +136,12 @@ publish_dir() {
 	mv -T "$1" "$2" && rm -rf "$1.old"
 }
 
-# stop_on_signals FN (see the header): the script ends by the signal, its
-# EXIT trap undone, so that the shell or make that started it stops too.
-# FN runs at once only while the script waits ("wait") for a command in the
-# background: bash holds a trap until the command in the foreground ends.
-# Meanwhile more signals are ignored, SIGPIPE too: a closed terminal (EIO)
-# or a pipe whose reader is gone (EPIPE) fails every write to stderr, so FN
-# writes its first line with "|| exec 2>/dev/null", lest set -e end it there.
+# stop_on_signals FN (see the header): the script ends by the signal, its EXIT trap undone, so
+# that the shell or make that started it stops too. FN runs at once only while the script waits
+# ("wait") for a command in the background: bash holds a trap until the command in the foreground
+# ends. Meanwhile more signals are ignored, SIGPIPE too: a closed terminal (EIO) or a pipe whose
+# reader is gone (EPIPE) fails every write to stderr, so FN writes its first line with
+# "|| exec 2>/dev/null", lest set -e end it there.
 stop_on_signals() {
 	local sig
 	for sig in INT TERM HUP; do
@@ -176,8 +173,7 @@ stop_session() { stop_all "${2:-5}" session_pids "$1"; }
 # shellcheck disable=SC2046 # PIDs, one word each
 stop_below() { stop_all "$1" alive $(descendants $$); }
 
-# stop_all SECONDS CMD...: SIGTERM to the processes CMD lists, then SIGKILL
-# to those it still lists SECONDS later.
+# stop_all SECONDS CMD...: SIGTERM to the PIDs CMD lists, SIGKILL to those left SECONDS later.
 # shellcheck disable=SC2086 # PIDs, one word each
 stop_all() {
 	local secs=$1 pids i
@@ -194,8 +190,7 @@ stop_all() {
 	kill -KILL $pids 2>/dev/null || true
 }
 
-# descendants PID: the processes below PID now (one whose parent has ended
-# belongs to init, and is no longer below it).
+# descendants PID: the processes below PID now (an orphan belongs to init, no longer below it).
 descendants() {
 	ps -e -o pid=,ppid= | awk -v top="$1" '{ kids[$2] = kids[$2] " " $1 }
 		END { n = split(kids[top], q, " ")

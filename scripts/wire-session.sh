@@ -7,10 +7,9 @@
 # session's packets are together on the cable:
 #   NAME SERVER PORT SIZE WRITES DOORBELL_EVERY FAMILY (4: IPv4, 6: IPv6)
 #
-# The server VM runs every session's server, each on its own port; the
-# client VM, one client per session. Everything each program prints goes
-# to DIR/NAME/{server,client}.{out,err,status}. The two VMs talk through
-# files in DIR, which both see:
+# The server VM runs every session's server, each on its own port; the client VM, one client per
+# session. Everything each program prints goes to DIR/NAME/{server,client}.{out,err,status}. The
+# two VMs talk through files in DIR, which both see:
 #   ready    written by the server VM once every server listens
 #   finished written by the client VM once every client has finished
 #   abort    written by either side that gives up, with the reason
@@ -31,9 +30,8 @@ say() { echo "$WIRE_ROLE: $*"; }
 # give_up WHY: tell the other VM not to wait for us any more, and fail.
 give_up() { say "$*" >&2; mark abort "$WIRE_ROLE: $*"; exit 1; }
 
-# mark NAME [TEXT]: create DIR/NAME, holding TEXT (or the time), as a
-# whole, so the other VM never sees half (each side through its own temp
-# file: both may give up at once).
+# mark NAME [TEXT]: create DIR/NAME, holding TEXT (or the time), as a whole, so the other VM never
+# sees half (each side through its own temp file: both may give up at once).
 mark() { echo "${2:-$(date +%s)}" >"$dir/$1.$WIRE_ROLE.tmp"; mv "$dir/$1.$WIRE_ROLE.tmp" "$dir/$1"; }
 
 # await NAME SECONDS: wait for the other VM's mark; fail if it gave up.

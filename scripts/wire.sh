@@ -2,17 +2,14 @@
 # make wire: a server and a client on two machines joined by one cable,
 # one short session between them, and every packet of it decoded.
 #
-# The machines are two VMs (scripts/vm-pair.sh); the cable's frames go to
-# wire-results/cable.pcap, and scripts/wire-trace.sh prints them one per
-# line, in the protocol's terms. The lines at the end tie the trace to what
-# the programs printed, and scripts/wire-check.sh checks that every packet
-# is what the protocol says. Everything stays in wire-results/.
+# The machines are two VMs (scripts/vm-pair.sh); the cable's frames go to wire-results/cable.pcap,
+# and scripts/wire-trace.sh prints them one per line, in the protocol's terms. The lines at the
+# end tie the trace to what the programs printed, and scripts/wire-check.sh checks that every
+# packet is what the protocol says. Everything stays in wire-results/.
 #
-#   usage: wire.sh [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY]
-#                  [--size BYTES] [--ipv6]
-#   defaults: rdma_srq_pool_server_ev, 12 writes, a doorbell every 4,
-#             10000 bytes, over IPv4 (--ipv6: the client connects to the
-#             server's IPv6 address, and RoCE v2 goes over IPv6)
+#   usage: wire.sh [--server PROGRAM] [-n WRITES] [-k DOORBELL_EVERY] [--size BYTES] [--ipv6]
+#   defaults: rdma_srq_pool_server_ev, 12 writes, a doorbell every 4, 10000 bytes, over IPv4
+#             (--ipv6: the client connects to the server's IPv6 address; RoCE v2 goes over IPv6)
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
