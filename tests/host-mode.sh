@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# The end-to-end stage of make test, run as a learner runs it on a machine
-# whose kernel has rdma_rxe, with nothing set up beforehand: `make demo`,
-# then the end-to-end tests (tests/e2e.sh), each through soft-roce.sh, which
-# must choose host mode by itself and leave behind no rdma link, interface
-# or module that was not there before.  Where this machine has no RDMA
-# device and no rdma_rxe (installed first where a package of this system
-# adds it, as make demo does), a VM stands in for one (scripts/vm-run.sh),
-# saying why.  Reports in TAP, e2e.sh's tests among its own.
+# The end-to-end stage of make test, run as a learner runs it on a machine whose kernel has
+# rdma_rxe, with nothing set up beforehand: `make demo`, then the end-to-end tests (tests/e2e.sh),
+# each through soft-roce.sh, which must choose host mode by itself and leave behind no rdma link,
+# interface or module that was not there before.  Where this machine has no RDMA device and no
+# rdma_rxe (installed first where a package of this system adds it, as make demo does), a VM
+# stands in for one (scripts/vm-run.sh), saying why.  Reports in TAP, e2e.sh's tests among its own.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,9 +24,8 @@ trap 'rm -rf "$work"' EXIT
 report_prefix=host_mode/ report_stage=e2e
 . "$top/tests/report-lib.sh"
 
-# Ctrl-C, SIGTERM or SIGHUP: what the tests started is stopped (each
-# soft-roce.sh then removes its own device), then what the test that ran
-# made, and the modules it loaded.
+# Ctrl-C, SIGTERM or SIGHUP: what the tests started is stopped (each soft-roce.sh then removes its
+# own device), then what the test that ran made, and the modules it loaded.
 on_signal() {
 	echo "host-mode: SIG$1: stopping the tests" >&2 || exec 2>/dev/null
 	stop_below 20
@@ -67,8 +64,7 @@ machine_ports() { active_ports | grep -Ev '^rxe_(dem[o2]|chrn)[0-9]' || true; }
 want_mode='^soft-roce: mode: host \(rxe_demo[0-9]+, made for this run'
 [ -z "$(machine_ports)" ] || want_mode='^soft-roce: mode: host \([^ ]+, an existing device'
 
-# check_run NAME LOG BEFORE: the mode soft-roce.sh chose, and the
-# machine as it was.
+# check_run NAME LOG BEFORE: the mode soft-roce.sh chose, and the machine as it was.
 check_run() {
 	local name=$1 log=$2 before=$3
 	pass_if "$name/chooses_host_mode" "no line matching '$want_mode': $(grep '^soft-roce:' "$log" | tr '\n' '|')" \
@@ -168,9 +164,8 @@ wait
 EOF
 chmod +x "$work/long-run.sh"
 
-# ours DIR: the processes of an interrupted run still there, "PID COMMAND"
-# each: its server (DIR/server.pid), and those whose command lines name DIR
-# or the port the CM gave the server.
+# ours DIR: the processes of an interrupted run still there, "PID COMMAND" each: its server
+# (DIR/server.pid), and those whose command lines name DIR or the port the CM gave the server.
 ours() {
 	local port pid
 	port=$(cat "$1/port" 2>/dev/null) || true
@@ -181,10 +176,10 @@ ours() {
 	} | sed 's/^ *//' | awk '!seen[$1]++' || true
 }
 
-# test_interrupt NAME SIGNAL group|harness [dead-stderr]: soft-roce.sh gets
-# SIGNAL mid-stream, as Ctrl-C to its group (its command runs in a session
-# of its own) or as kill or a closed terminal's SIGHUP to it alone: it must
-# end by that signal, leaving no process, device, interface or module.
+# test_interrupt NAME SIGNAL group|harness [dead-stderr]: soft-roce.sh gets SIGNAL mid-stream, as
+# Ctrl-C to its group (its command runs in a session of its own) or as kill or a closed
+# terminal's SIGHUP to it alone: it must end by that signal, leaving no process, device,
+# interface or module.
 test_interrupt() {
 	local name=$1 sig=$2 target=$3 dir=$work/${1//\//_} before
 	local harness left why='' want reader='' err=$dir/log
@@ -239,10 +234,9 @@ test_two_demos() {
 	modules_restore
 }
 
-# make demo while another device comes and goes, as another run's does:
-# "rdma resource show" fails now and then while a device is added or
-# removed, and the demo's views of the kernel must ask again, not end the
-# demo (two_demos_at_once met it once, on 6.12 under SANITIZE=1).
+# make demo while another device comes and goes, as another run's does: "rdma resource show"
+# fails now and then while a device is added or removed, and the demo's views of the kernel must
+# ask again, not end the demo (two_demos_at_once met it once, on 6.12 under SANITIZE=1).
 test_demo_beside_churn() {
 	local t=demo/kernel_view_beside_another_device dir=$work/churn churn status=0 why=''
 	local before dev=rxe_chrn$$
@@ -269,10 +263,9 @@ test_demo_beside_churn() {
 	modules_restore
 }
 
-# Two runs that overlap: the first, which loaded the modules, ends first
-# and must leave the second's device, interface and programs working.  It
-# ends as the second starts: its modprobe -r rdma_rxe, once it has found
-# no device, waits (10 s at most) for the second's device to be made.
+# Two runs that overlap: the first, which loaded the modules, ends first and must leave the
+# second's device, interface and programs working.  It ends as the second starts: its modprobe -r
+# rdma_rxe, once it has found no device, waits (10 s at most) for the second's device to be made.
 test_overlapping_runs() {
 	local t=overlapping_runs dir=$work/overlap before first second why=''
 	mkdir -p "$dir/bin"
@@ -438,10 +431,9 @@ test_lock_not_users() {
 	pass_unless lock_not_users "$why"
 }
 
-# In a network namespace, which the machine's own runs never see, every
-# address soft-roce.sh could take is already there: it takes none (two make
-# demo at once took one before own_address read ip's list whole), and its
-# last line names that as the cause.
+# In a network namespace, which the machine's own runs never see, every address soft-roce.sh
+# could take is already there: it takes none (two make demo at once took one before own_address
+# read ip's list whole), and its last line names that as the cause.
 test_no_free_address() {
 	local t=soft_roce/no_free_address status=0 last before why
 	before=$(machine_state)

@@ -1,13 +1,11 @@
-# report-lib.sh: how every stage of make test reports its tests in TAP (the
-# Test Anything Protocol), which prove and tests/run.sh read.  First the plan,
-# "1..N": the N tests tests/plan.txt names for the stage (report_plan).  Then
-# "ok - NAME [Ns]" (N: the stage's seconds so far, to see where the time goes),
-# "not ok - NAME: WHY [Ns]", or "ok - NAME # SKIP WHY" (skip, not_here).  A
-# stage that stops early, or reports another number of tests than its plan,
-# fails there.  A stage sets report_stage (its name in plan.txt) and
-# report_prefix (its tests are PREFIXNAME) before sourcing this; a name the
-# plan lacks, or reported twice, fails by name.  Its on_fail, if any, runs
-# after each failure (to show what the programs said).
+# report-lib.sh: how every stage of make test reports its tests in TAP (the Test Anything
+# Protocol), which prove and tests/run.sh read.  First the plan, "1..N": the N tests
+# tests/plan.txt names for the stage (report_plan).  Then "ok - NAME [Ns]" (N: the stage's seconds
+# so far, to see where the time goes), "not ok - NAME: WHY [Ns]", or "ok - NAME # SKIP WHY" (skip,
+# not_here).  A stage that stops early, or reports another number of tests than its plan, fails
+# there.  A stage sets report_stage (its name in plan.txt) and report_prefix (its tests are
+# PREFIXNAME) before sourcing this; a name the plan lacks, or reported twice, fails by name.  Its
+# on_fail, if any, runs after each failure (to show what the programs said).
 failed=0 reported=' '
 : "${report_prefix:=}" "${report_stage:=}"
 report_plan_file=$(dirname "${BASH_SOURCE[0]}")/plan.txt
@@ -81,12 +79,11 @@ group_runs() {
 	{ ps -A -o pgid=,stat= || echo "$1 R"; } | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { n++ } END { exit !n }'
 }
 
-# signal_job PID group|alone SIG SECONDS: SIG to as_job's PID, or to its
-# whole group as a terminal sends Ctrl-C; then up to SECONDS for every
-# process of the group to end, not only the leader: a subshell may still
-# run its EXIT trap after the leader is gone, and a test that looked then
-# would find its work undone.  Sets job_status to the leader's exit status;
-# false if the group still ran, and was then killed.
+# signal_job PID group|alone SIG SECONDS: SIG to as_job's PID, or to its whole group as a terminal
+# sends Ctrl-C; then up to SECONDS for every process of the group to end, not only the leader: a
+# subshell may still run its EXIT trap after the leader is gone, and a test that looked then would
+# find its work undone.  Sets job_status to the leader's exit status; false if the group still
+# ran, and was then killed.
 # shellcheck disable=SC2034 # job_status is the caller's
 signal_job() {
 	local pid=$1 i target=$1

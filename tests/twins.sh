@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# The two servers are twins on purpose: rdma_pool_server.c (a polling tick)
-# and rdma_srq_pool_server_ev.c (events) differ only where their designs
-# differ, so that `diff` between them is a lesson: events against a tick, and
-# registered reply buffers (event-driven) against inline replies (polling).
-# This keeps it true: a function both define must be the same, word for word
-# (its comment above it may differ), unless DESIGNED gives the reason; shared
-# functions come in the same order in both files; a function only one defines
-# is one OWN_EV names (the polling file has none); a macro both define is
-# defined alike (one only one defines is named).  Reports in TAP
-# (tests/report-lib.sh), exits non-zero if a check failed; last, checks itself.
+# The two servers are twins on purpose: rdma_pool_server.c (a polling tick) and
+# rdma_srq_pool_server_ev.c (events) differ only where their designs differ, so that `diff` between
+# them is a lesson: events against a tick, and registered reply buffers (event-driven) against
+# inline replies (polling). This keeps it true: a function both define must be the same, word for
+# word (its comment above it may differ), unless DESIGNED gives the reason; shared functions come
+# in the same order in both files; a function only one defines is one OWN_EV names (the polling
+# file has none); a macro both define is defined alike (one only one defines is named).  Reports
+# in TAP (tests/report-lib.sh), exits non-zero if a check failed; last, checks itself.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,10 +33,9 @@ report_prefix=twins/ report_stage=twins
 . "$top/tests/report-lib.sh"
 report_plan
 
-# functions FILE DIR: each function definition of FILE into DIR/NAME, the
-# names in file order into DIR/.order.  A definition runs from a line at
-# column 0 naming a function to a '}' at column 0, with a '{' at column 0
-# before any line ending in ';' (so multi-line prototypes are skipped).
+# functions FILE DIR: each function definition of FILE into DIR/NAME, the names in file order into
+# DIR/.order. A definition runs from a line at column 0 naming a function to a '}' at column 0,
+# with a '{' at column 0 before any line ending in ';' (so multi-line prototypes are skipped).
 functions() {
 	mkdir -p "$2"
 	awk -v dir="$2" '
