@@ -1,8 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2153 # e2e.sh and lib.sh, which come first, set top, work, the peers and RDMA_*
-# Where rdma_connect()'s and rdma_accept()'s retry counts end up, measured
-# by tests/cm_probe on the real device: docs/retry-counts.md explains it (Linux
-# 6.1, rxe), and the programs' comments and the README teach it.  Sourced by
-# e2e.sh after lib.sh; run once.
+# Where rdma_connect()'s and rdma_accept()'s retry counts end up, measured by tests/cm_probe on the
+# real device: docs/retry-counts.md explains it (Linux 6.1, rxe), and the programs' comments and
+# the README teach it.  Sourced by e2e.sh after lib.sh; run once.
 
 # test_cm_probe_case CONNECT_RETRY CONNECT_RNR ACCEPT_RETRY ACCEPT_RNR ACK
 test_cm_probe_case() {
@@ -23,9 +22,8 @@ test_cm_probe_case() {
 	pass_unless "$t" "$why"
 }
 
-# test_cm_send_case NAME CONNECT_RNR ACCEPT_RNR LINES: cm_probe --send
-# with these rnr_retry_counts (transport retries 6 and 0, as the programs
-# pass) prints exactly LINES after the two QP lines.
+# test_cm_send_case NAME CONNECT_RNR ACCEPT_RNR LINES: cm_probe --send with these rnr_retry_counts
+# (transport retries 6 and 0, as the programs pass) prints exactly LINES after the two QP lines.
 test_cm_send_case() {
 	local t=cm_probe/$1 out=$work/cm_send.out status=0 got why=''
 	timeout 60 "$top/tests/cm_probe" --send "$RDMA_ADDR" 0 \
@@ -39,11 +37,10 @@ test_cm_send_case() {
 	pass_unless "$t" "$why"
 }
 
-# Two sets of four different counts, the second the mirror of the first,
-# so that no value can land in the right place by chance.  Then what
-# follows, as the client meets it: with no receive posted on the passive
-# side, the active side's SEND fails at once if rdma_accept() said
-# rnr_retry_count 0, whatever rdma_connect() said, and waits if it said 7.
+# Two sets of four different counts, the second the mirror of the first, so that no value can land
+# in the right place by chance.  Then what follows, as the client meets it: with no receive posted
+# on the passive side, the active side's SEND fails at once if rdma_accept() said rnr_retry_count
+# 0, whatever rdma_connect() said, and waits if it said 7.
 test_cm_retry() {
 	test_cm_probe_case 5 4 3 2 12
 	test_cm_probe_case 2 3 4 5 12

@@ -42,12 +42,11 @@ test_lib() {
 
 cleanup() { [ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true; rm -rf "$work" "${open_top:-}"; }
 
-# as_user KIB: sets the array nobody_cmd to the words that run a command as
-# nobody, a user without CAP_IPC_LOCK (setpriv drops root, and with it every
-# capability), so that ulimit -l KIB binds ibv_reg_mr.  prlimit and setpriv
-# each exec the next: the command keeps the pid they were started with.  The
-# first call sets open_top to a copy of the programs and scripts any user can
-# run, for the tests run as nobody: a clone under /root (mode 700) is not.
+# as_user KIB: sets the array nobody_cmd to the words that run a command as nobody, a user without
+# CAP_IPC_LOCK (setpriv drops root, and with it every capability), so that ulimit -l KIB binds
+# ibv_reg_mr.  prlimit and setpriv each exec the next: the command keeps the pid they were started
+# with.  The first call sets open_top to a copy of the programs and scripts any user can run, for
+# the tests run as nobody: a clone under /root (mode 700) is not.
 as_user() {
 	nobody_cmd=(prlimit --memlock=$(($1 * 1024))
 		setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
@@ -77,9 +76,8 @@ stop_server() { local status=0; stop_program "$server_pid" || status=$?; server_
 # run_client NAME PORT ARGS...: the client, output in $work/NAME.out/.err.
 run_client() { timeout 120 "$client" --port "$2" "${@:3}" >"$work/$1.out" 2>"$work/$1.err"; }
 
-# since ANCHOR: the server's log from its last line equal to ANCHOR (a
-# grant or deny line, which names the qp; the last, as QP numbers are
-# reused); false while there is none.
+# since ANCHOR: the server's log from its last line equal to ANCHOR (a grant or deny line, which
+# names the qp; the last, as QP numbers are reused); false while there is none.
 since() {
 	local from
 	from=$(grep -nxF "$1" "$work/server.out" | tail -n 1 | cut -d: -f1) || true
@@ -113,9 +111,8 @@ grant_line() {
 	grep -E -x "grant qp=0x[0-9a-f]+ addr=$addr( rkey=$rkey)? size=$2" "$work/server.out" | tail -n 1 || true
 }
 
-# check_session CLIENT_NAME N K GRANTED [quiet]: everything one successful
-# client run (with --quiet: no line per doorbell) must show on both sides,
-# or it prints what is missing and fails.
+# check_session CLIENT_NAME N K GRANTED [quiet]: everything one successful client run (with
+# --quiet: no line per doorbell) must show on both sides, or it prints what is missing and fails.
 check_session() {
 	local name=$1 n=$2 k=$3 granted=$4
 	local out=$work/$name.out grant qp lines seqs=() want got why
@@ -192,10 +189,9 @@ expect_shutdown() {
 	pass_unless "$1" "$why"
 }
 
-# slice_back GRANT BYTES: after the server's line GRANT, the line that
-# destroys that QP gives BYTES back to the pool.  Waits up to 10 s for it: a
-# QP is destroyed only once it is quiet, up to 2 s after its disconnect
-# where the device never raises LAST_WQE_REACHED.
+# slice_back GRANT BYTES: after the server's line GRANT, the line that destroys that QP gives BYTES
+# back to the pool.  Waits up to 10 s for it: a QP is destroyed only once it is quiet, up to 2 s
+# after its disconnect where the device never raises LAST_WQE_REACHED.
 slice_back() {
 	local qp i
 	qp=$(echo "$1" | cut -d' ' -f2)
@@ -212,10 +208,9 @@ slice_back() {
 	return 1
 }
 
-# stats_whole LINE: true if a stats (or shutdown) line says nothing is in
-# use and nothing was lost: no connection open or closing, no chunk, every
-# receive back on the SRQ and (event-driven server) every reply buffer free
-# on the devices in use; and the server's stderr says none was lost on a
+# stats_whole LINE: true if a stats (or shutdown) line says nothing is in use and nothing was lost:
+# no connection open or closing, no chunk, every receive back on the SRQ and (event-driven server)
+# every reply buffer free on the devices in use; and the server's stderr says none was lost on a
 # device let go with its last client (device_forget()).
 stats_whole() {
 	local re='^[a-z]+.* connections=0 chunks_in_use=0 doorbells=[0-9]+ closing=0 recvs_posted=([0-9]+)/([0-9]+)'

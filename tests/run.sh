@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# make test: the stages named at the end, in order (docs/design.md, "Tests,
-# sanitizers and fuzzing", says what each tests).  Each reports in TAP
-# (tests/report-lib.sh), and `prove --exec '' STAGE...` runs any of them
-# alone.  Here Perl's TAP::Harness runs them all and checks each against
-# its plan.  The last line is "N passed, N failed": a test a plan names
-# that never reported (its stage stopped early) is failed, and so is a
-# stage that exited non-zero with no test failed.
+# make test: the stages named at the end, in order (docs/design.md, "Tests, sanitizers and
+# fuzzing", says what each tests).  Each reports in TAP (tests/report-lib.sh), and
+# `prove --exec '' STAGE...` runs any of them alone.  Here Perl's TAP::Harness runs them all and
+# checks each against its plan.  The last line is "N passed, N failed": a test a plan names that
+# never reported (its stage stopped early) is failed, and so is a stage that exited non-zero with
+# no test failed.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

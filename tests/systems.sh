@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# What scripts/deps.sh and make doctor do on each supported system (its
-# real /etc/os-release in tests/os-release/), installing and changing
-# nothing: deps.sh --dry-run prints the command it would run there, and the
-# doctor runs where rdma_rxe is missing (Ubuntu without linux-modules-extra,
-# Fedora without kernel-modules, a container), to see the fix it gives each.
+# What scripts/deps.sh and make doctor do on each supported system (its real /etc/os-release in
+# tests/os-release/), installing and changing nothing: deps.sh --dry-run prints the command it
+# would run there, and the doctor runs where rdma_rxe is missing (Ubuntu without
+# linux-modules-extra, Fedora without kernel-modules, a container), to see the fix it gives each.
 # Reports in TAP; each test's comment says what else it holds the scripts to.
 set -euo pipefail
 
@@ -171,8 +170,7 @@ test_doctor_fixes() {
 	doctor_fix ubuntu ubuntu-24.04 "sudo $APT linux-modules-extra-$KVER $apart"
 	doctor_fix fedora fedora-42 "sudo dnf install -y kernel-modules-$KVER $apart"
 	doctor_fix debian debian-12 "make demo and make test run everything in a VM that has Soft-RoCE; scripts/soft-roce.sh CMD runs CMD there"
-	# Debian's cloud kernel (see module_fix in scripts/doctor.sh): uname -r
-	# is stood in for.
+	# Debian's cloud kernel (see module_fix in scripts/doctor.sh): uname -r is stood in for.
 	stand_in "$work/cloud/uname" '#!/bin/sh\n[ "$1" != -r ] || { echo 6.1.0-56-cloud-amd64; exit 0; }\nexec %q "$@"\n' "$(command -v uname)"
 	doctor_fix debian_cloud debian-12 "this is Debian's cloud kernel, built without rdma_rxe, which Debian's standard kernel has: sudo $APT linux-image-amd64, then boot it, for host mode; or $(sed -n 's/^VM_HINT="\(.*\)"$/\1/p' "$doctor")" \
 		PATH="$work/cloud:$PATH"
@@ -261,10 +259,9 @@ sleep 2
 EOF
 }
 
-# A make waiting for the lock while one of other flags holds it whole (to
-# rebuild) must wait on for the whole lock, not relink, once that one runs
-# its programs under a shared lock.  A lock holder plays that make, leaving
-# flags not ours in build/flags (300 s at most, should this stage stop).
+# A make waiting for the lock while one of other flags holds it whole (to rebuild) must wait on for
+# the whole lock, not relink, once that one runs its programs under a shared lock.  A lock holder
+# plays that make, leaving flags not ours in build/flags (300 s at most, should this stage stop).
 test_flags_changed_while_waiting() {
 	local t=make/flags_changed_while_waiting d=$work/flags-co holder make why=''
 	flags_copy "$d"
@@ -466,9 +463,8 @@ packaging_meaning() (
 	done < <(grep -v '^#' "$PACKAGES_TABLE")
 )
 
-# Every other system's choices, held to what its packaging says
-# (tests/packaging/, read from Ubuntu's, Fedora's and RHEL's own): each
-# need of the table, for each system the table names.
+# Every other system's choices, held to what its packaging says (tests/packaging/, read from
+# Ubuntu's, Fedora's and RHEL's own): each need of the table, for each system the table names.
 test_packaging() {
 	local sys packaging out
 	for sys in ubuntu-22.04 ubuntu-24.04 fedora-42 rhel-9.6 rocky-9.3 almalinux-9.6; do

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The VMs cut short: scripts/vm-run.sh, vm-pair.sh and wire.sh (make wire)
-# stopped by Ctrl-C (SIGINT to the whole process group, as a terminal sends
-# it) or by SIGTERM or SIGHUP to the script alone.  Within seconds every
-# qemu must be gone, and the VMs' folders, and the script must end by that
-# signal (so that the make or shell that started it stops too); wire.sh
-# must publish nothing.  A VM's kernel that oopses must stop it too.  Runs
-# on this machine, where the VMs would; reports in TAP (tests/report-lib.sh).
+# The VMs cut short: scripts/vm-run.sh, vm-pair.sh and wire.sh (make wire) stopped by Ctrl-C
+# (SIGINT to the whole process group, as a terminal sends it) or by SIGTERM or SIGHUP to the script
+# alone.  Within seconds every qemu must be gone, and the VMs' folders, and the script must end by
+# that signal (so that the make or shell that started it stops too); wire.sh must publish nothing.
+# A VM's kernel that oopses must stop it too.  Runs on this machine, where the VMs would; reports
+# in TAP (tests/report-lib.sh).
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,10 +34,9 @@ qemus() {
 		if ($i == j || index($i, j "/") == 1) { print $1; next } }'
 }
 
-# test_vm_interrupt SCRIPT NAME SIGNAL group|alone [ARGS...]: SCRIPT
-# (vm-run or vm-pair, ARGS "sleep 600", the command of its VMs; or wire)
-# gets SIGNAL once its VMs run.  A NAME that ends in _dead_stderr has its
-# stderr dead (dead_stderr) when the signal comes.
+# test_vm_interrupt SCRIPT NAME SIGNAL group|alone [ARGS...]: SCRIPT (vm-run or vm-pair, ARGS
+# "sleep 600", the command of its VMs; or wire) gets SIGNAL once its VMs run.  A NAME that ends in
+# _dead_stderr has its stderr dead (dead_stderr) when the signal comes.
 test_vm_interrupt() {
 	local script=$1 name=vm_interrupt/$1/$2 sig=$3 target=$4 job='' run
 	local why='' want log=$out/$1-$2.log err=$out/$1-$2.log.err results reader=''
