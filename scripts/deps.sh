@@ -12,15 +12,13 @@
 #   vm-kernel  a kernel for that VM to boot, if /boot has none (on
 #              Debian the VM fetches one for itself instead, vm-lib.sh)
 #   fuzz       libFuzzer (make test, make fuzz)
-#   wire       tshark, and mscgen where the system has it (make wire,
-#              make test)
+#   wire       tshark, and mscgen where the system has it (make wire, make test)
 #   bench      gnuplot (make bench, make test)
 #   test       setpriv, prlimit, unshare (make test)
 #
-# As root it installs what is missing (apt-get or dnf; it never adds package
-# sources, and never a kernel unless asked for vm-kernel); as anyone else it
-# prints the one command to paste, with sudo, and fails.  On a system it
-# does not know, it lists what is needed, by purpose, and fails.
+# As root it installs what is missing (apt-get or dnf; it never adds package sources, and never a
+# kernel unless asked for vm-kernel); as anyone else it prints the one command to paste, with sudo,
+# and fails.  On a system it does not know, it lists what is needed, by purpose, and fails.
 #   --dry-run  print the command it would run, run nothing
 #   --check    say what is missing and how to install it; never install
 # OS_RELEASE=FILE reads FILE instead of /etc/os-release, to see what would
@@ -49,9 +47,8 @@ has() {
 	static-busybox) [ -x /bin/busybox ] && static_elf /bin/busybox ;;
 	rdma_rxe) [ "$(rxe_module)" != none ] ;;
 	vm-kernel)
-		# A kernel this user cannot read counts as there: another
-		# package would not help (vm-run.sh says what would).
-		# (In a subshell: what vm-lib.sh sets stays there.)
+		# A kernel this user cannot read counts as there: another package would not help
+		# (vm-run.sh says what would). (In a subshell: what vm-lib.sh sets stays there.)
 		# shellcheck source=/dev/null
 		(. "$here/vm-lib.sh" && VM_KERNEL='' find_kernel 2>/dev/null) && return 0
 		for glob in /boot/vmlinuz-*; do [ -e "$glob" ] && [ ! -r "$glob" ] && return 0; done

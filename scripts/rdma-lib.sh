@@ -4,11 +4,9 @@
 #   active_ports           "DEVICE PORT NETDEV" per ACTIVE port (NETDEV "-"
 #                          if it has none, as on InfiniBand without IPoIB)
 #   ipv4_addrs NETDEV      its IPv4 addresses, 127/8 left out
-#   rxe_module             how this kernel has rdma_rxe: loaded, builtin,
-#                          on-disk or none
-#   suggest_netdev         an interface to put Soft-RoCE on by hand: the
-#                          default route's, else the first with an IPv4
-#                          address ("eth0" if none)
+#   rxe_module             how this kernel has rdma_rxe: loaded, builtin, on-disk or none
+#   suggest_netdev         an interface to put Soft-RoCE on by hand: the default route's, else the
+#                          first with an IPv4 address ("eth0" if none)
 #   rping_works ADDR       true if an rping (server and client on ADDR) gets
 #                          through: rdma_cm resolves ADDR, connects two QPs
 #                          and passes messages; else rping_error says why
@@ -61,10 +59,9 @@ rping_works() {
 	command -v rping >/dev/null ||
 		{ rping_error="no rping to check with (scripts/deps.sh run installs it)"; return 1; }
 	for _ in 1 2 3; do
-		# A port of its own each time: an earlier rping's can stay bound
-		# for a moment after it exits.  Below 32768, where the kernel's
-		# local port range starts by default, from which the CM gives
-		# ports to binds on port 0, as the tests' servers make.
+		# A port of its own each time: an earlier rping's can stay bound for a moment after
+		# it exits.  Below 32768, where the kernel's local port range starts by default,
+		# from which the CM gives ports to binds on port 0, as the tests' servers make.
 		port=$((20000 + RANDOM % 12768))
 		# --foreground: in our process group, which a Ctrl-C reaches.
 		timeout --foreground 30 rping -s -a "$addr" -p "$port" -C 1 >/dev/null 2>&1 &

@@ -1,30 +1,25 @@
 #!/usr/bin/env bash
-# wire-check.sh PCAP [--outputs DIR] KEY=VALUE...: check that one session
-# of the protocol went over the wire exactly as README.md's "The
-# protocol" says, packet by packet. Prints one line saying what it found,
-# or fails naming the first packet that differs from what it should be.
+# wire-check.sh PCAP [--outputs DIR] KEY=VALUE...: check that one session of the protocol went over
+# the wire exactly as README.md's "The protocol" says, packet by packet. Prints one line saying
+# what it found, or fails naming the first packet that differs from what it should be.
 # PCAP - reads the packets as wire-trace.sh --raw prints them, on stdin.
 #
-# The session is the one whose CM ConnectRequest comes from client_qp to
-# port (the last such in the capture), up to the next ConnectRequest. In
-# it, in this order, with nothing else from either QP:
+# The session is the one whose CM ConnectRequest comes from client_qp to port (the last such in the
+# capture), up to the next ConnectRequest. In it, in this order, with nothing else from either QP:
 #   the CM ConnectReply from server_qp, and ReadyToUse;
-#   client -> server: a SEND of a REQ_ALLOC for size bytes, then writes
-#     RDMA WRITEs: write i (1..writes) to va = addr + ((i-1) mod slots) * 4
-#     (slots = granted / 4), r_key = rkey, 4 bytes holding i big-endian;
-#     every every-th write and the last are WRITEs with immediate, ImmDt = i;
+#   client -> server: a SEND of a REQ_ALLOC for size bytes, then writes RDMA WRITEs: write i
+#     (1..writes) to va = addr + ((i-1) mod slots) * 4 (slots = granted / 4), r_key = rkey, 4 bytes
+#     holding i big-endian; every every-th write and the last are WRITEs with immediate, ImmDt = i;
 #   server -> client: one SEND of a RESP_ALLOC, status 0, granted bytes at
 #     addr, with rkey; and anywhere, a keepalive probe (an RDMA WRITE of no
 #     bytes) every --keepalive-ms of the connection's life;
-#   on each side, PSNs from the Starting PSN the CM exchanged, one more per
-#     packet;
+#   on each side, PSNs from the Starting PSN the CM exchanged, one more per packet;
 #   each side's last packet acknowledged, no NAK;
 #   a CM DisconnectRequest and DisconnectReply after the last write.
 #
-# Expectations (KEY=VALUE, all needed): port client_qp server_qp size
-# granted addr rkey writes every. --outputs DIR reads client_qp, port,
-# addr, rkey and granted from DIR/client.out (rdma_pool_client's output)
-# and server_qp from DIR/server.out; KEY=VALUEs after it override them.
+# Expectations (KEY=VALUE, all needed): port client_qp server_qp size granted addr rkey writes
+# every. --outputs DIR reads client_qp, port, addr, rkey and granted from DIR/client.out
+# (rdma_pool_client's output) and server_qp from DIR/server.out; KEY=VALUEs after it override them.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

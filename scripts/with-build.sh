@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# with-build.sh "TARGETS" CMD...: make TARGETS, then CMD, which uses what
-# was built, while no make of other flags in this checkout (make test and
-# make test SANITIZE=1 at once) relinks the programs under it: makes of the
-# same flags share a flock on build/lock; one of other flags takes it whole
-# to rebuild, waiting (and saying so) for the others to end.  In a recipe,
-# make passes its variables (SANITIZE=1) on to the makes here in MAKEFLAGS.
-# In a VM, build/ is the host's over qemu's 9p, whose flocks hold among the
-# VM's processes alone (measured: a host's lock does not stop one in the VM):
-# there, the lock that counts is held by the host's make that started the VM.
+# with-build.sh "TARGETS" CMD...: make TARGETS, then CMD, which uses what was built, while no make
+# of other flags in this checkout (make test and make test SANITIZE=1 at once) relinks the programs
+# under it: makes of the same flags share a flock on build/lock; one of other flags takes it whole
+# to rebuild, waiting (and saying so) for the others to end.  In a recipe, make passes its
+# variables (SANITIZE=1) on to the makes here in MAKEFLAGS.  In a VM, build/ is the host's over
+# qemu's 9p, whose flocks hold among the VM's processes alone (measured: a host's lock does not
+# stop one in the VM): there, the lock that counts is held by the host's make that started the VM.
 set -euo pipefail
 
 mkdir -p build
@@ -16,8 +14,7 @@ mkdir -p build
 exec 9>>build/lock
 want=$(make -s --no-print-directory flags)
 
-# lock -s|-x: the lock, shared or whole; if another make holds it, say
-# what this one waits for.
+# lock -s|-x: the lock, shared or whole; if another make holds it, say what this one waits for.
 lock() {
 	flock -n "$1" 9 && return
 	echo "${0##*/}: another make in this checkout uses programs built with other flags (SANITIZE=1 or not): waiting for it to end" >&2
