@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# make demo: one server and one client on Soft-RoCE, what each says, and
-# between the steps what the kernel holds for the two of them (the rdma
-# tool's "rdma resource show", trimmed to these two processes).
-# Run it through scripts/soft-roce.sh, which sets RDMA_ADDR and RDMA_DEV.
+# make demo: one server and one client on Soft-RoCE, what each says, and between the steps what the
+# kernel holds for the two of them (the rdma tool's "rdma resource show", trimmed to these two
+# processes). Run it through scripts/soft-roce.sh, which sets RDMA_ADDR and RDMA_DEV.
 #   DEMO_SERVER  rdma_srq_pool_server_ev (default) or rdma_pool_server
 #   DEMO_STEP    1: wait for Enter after each view of the kernel
 set -euo pipefail
@@ -53,12 +52,11 @@ start_server() {
 	return 1
 }
 
-# kernel_view WHAT...: the rows of "rdma resource show WHAT" that belong to
-# the server or the client, with the columns that teach.  Of this run's
-# device alone: a dump of every device fails ("Invalid argument") when one
-# goes away while the tool walks them (measured in the VM on 6.1, another
-# device added and deleted in a loop: 5 to 58 dumps in 100; one device's: 0
-# in 600).  mr takes its device as "dev DEV", qp and cm_id as "link DEV".
+# kernel_view WHAT...: the rows of "rdma resource show WHAT" that belong to the server or the
+# client, with the columns that teach.  Of this run's device alone: a dump of every device fails
+# ("Invalid argument") when one goes away while the tool walks them (measured in the VM on 6.1,
+# another device added and deleted in a loop: 5 to 58 dumps in 100; one device's: 0 in 600).  mr
+# takes its device as "dev DEV", qp and cm_id as "link DEV".
 kernel_view() {
 	local what by listed pids="$server_pid ${client_pid:-}"
 	for what in "$@"; do

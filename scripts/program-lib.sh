@@ -2,10 +2,9 @@
 # stopping it, done one way by everything that starts one in the background:
 # the tests (tests/lib.sh), make demo, make bench and make wire.
 
-# await_line FILE REGEX SECONDS [PID]: true once a line of FILE matches
-# REGEX; false (1) after SECONDS, or (2) as soon as process PID has ended
-# without writing one.  Seconds of the clock, not rounds of the loop: under
-# emulation on a busy host one round can take far longer than its sleep.
+# await_line FILE REGEX SECONDS [PID]: true once a line of FILE matches REGEX; false (1) after
+# SECONDS, or (2) as soon as process PID has ended without writing one.  Seconds of the clock, not
+# rounds of the loop: under emulation on a busy host one round can take far longer than its sleep.
 await_line() {
 	local end=$((SECONDS + $3)) ended=''
 	while ((SECONDS < end)); do
@@ -26,9 +25,8 @@ listen_port() {
 		sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1"
 }
 
-# await_exit PID SECONDS: the exit status of process PID (a child of this
-# shell, for wait to give its status) once it has ended; 124 if it still
-# runs after SECONDS (it is then killed).
+# await_exit PID SECONDS: the exit status of process PID (a child of this shell, for wait to give
+# its status) once it has ended; 124 if it still runs after SECONDS (it is then killed).
 await_exit() {
 	local end=$((SECONDS + $2))
 	while ((SECONDS < end)) && kill -0 "$1" 2>/dev/null; do sleep 0.1; done

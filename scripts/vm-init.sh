@@ -1,9 +1,8 @@
 #!/bin/busybox sh
 # shellcheck shell=dash disable=SC2154 # vm_*: from the kernel command line
-# PID 1 of the VM (vm-lib.sh packs it into the initramfs as /init): busybox
-# sh, before any shared library can be reached.  The kernel turns the
-# name=value words of its command line that it does not know (vm_repo,
-# vm_job, vm_nic_macs...) into init's environment.
+# PID 1 of the VM (vm-lib.sh packs it into the initramfs as /init): busybox sh, before any shared
+# library can be reached.  The kernel turns the name=value words of its command line that it does
+# not know (vm_repo, vm_job, vm_nic_macs...) into init's environment.
 /bin/busybox --install -s /bin
 export PATH=/bin
 H=/host                 # where the host's root file system is mounted
@@ -35,12 +34,11 @@ rxe_on_cables() {
 		nic=$(grep -lxF "$mac" /sys/class/net/*/address) ||
 			fail "no network interface has the MAC $mac"
 		nic=${nic%/address}; nic=${nic##*/}
-		# IPv6 with no router solicitation and no duplicate address
-		# detection: on the cable, besides what a session asks for, only
-		# multicast listener reports, which the trace leaves out.  The
-		# link-local address stays: the kernel sends a neighbour
-		# solicitation that no packet of ours caused (rdma_cm's address
-		# resolution) only from it (ndisc_solicit() in ndisc.c).
+		# IPv6 with no router solicitation and no duplicate address detection: on the
+		# cable, besides what a session asks for, only multicast listener reports, which
+		# the trace leaves out.  The link-local address stays: the kernel sends a neighbour
+		# solicitation that no packet of ours caused (rdma_cm's address resolution) only
+		# from it (ndisc_solicit() in ndisc.c).
 		echo 0 >"/proc/sys/net/ipv6/conf/$nic/accept_dad"
 		echo 0 >"/proc/sys/net/ipv6/conf/$nic/router_solicitations"
 		on_host ip link set "$nic" up

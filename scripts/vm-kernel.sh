@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# vm-kernel.sh [SUITE]: fetch the newest Debian kernel of SUITE (default
-# bookworm-backports, where Debian 12 gets Debian 13's kernel) for the VMs
-# alone, and print its version; then VM_KERNEL=that-version boots it
-# (scripts/vm-run.sh, vm-pair.sh, make test).
+# vm-kernel.sh [SUITE]: fetch the newest Debian kernel of SUITE (default bookworm-backports, where
+# Debian 12 gets Debian 13's kernel) for the VMs alone, and print its version; then
+# VM_KERNEL=that-version boots it (scripts/vm-run.sh, vm-pair.sh, make test).
 #
-# Nothing is installed and this system's package sources stay as they are:
-# apt reads a list of its own, kept with the unpacked kernel in the VMs'
-# cache ($KERNEL_CACHE, ~/.cache/rdma-pool-doorbell/kernels).  A second call
-# with the newest version already there only checks.  The kernels differ
-# where the programs must cope: rxe on Debian 13's 6.12 raises
+# Nothing is installed and this system's package sources stay as they are: apt reads a list of its
+# own, kept with the unpacked kernel in the VMs' cache ($KERNEL_CACHE,
+# ~/.cache/rdma-pool-doorbell/kernels).  A second call with the newest version already there only
+# checks.  The kernels differ where the programs must cope: rxe on Debian 13's 6.12 raises
 # IBV_EVENT_QP_LAST_WQE_REACHED, which Debian 12's 6.1 never does.
 #   MIRROR  the Debian mirror (default: the one this system's sources use)
 set -euo pipefail

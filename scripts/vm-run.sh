@@ -4,11 +4,10 @@
 # itself, for when this one cannot.  Nothing is set up for CMD: run
 # scripts/soft-roce.sh CMD to have it bring a device up, as on any machine.
 #
-# The VM boots a kernel from /boot (or VM_KERNEL) under qemu and sees this
-# machine's root file system read-only over 9p, so every program installed
-# here is there too. The repository is shared writable at the same path:
-# what CMD writes into it (builds, logs, results) is still here after the VM
-# is gone. The VM has no network card: nothing in it can reach another machine.
+# The VM boots a kernel from /boot (or VM_KERNEL) under qemu and sees this machine's root file
+# system read-only over 9p, so every program installed here is there too. The repository is shared
+# writable at the same path: what CMD writes into it (builds, logs, results) is still here after
+# the VM is gone. The VM has no network card: nothing in it can reach another machine.
 #
 # CMD's stdout and stderr come out here as it runs; CMD gets no stdin.
 # The exit status is CMD's (or 1, with a message, if the VM itself failed).

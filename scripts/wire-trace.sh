@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# wire-trace.sh [--raw] PCAP: the RoCE v2 packets of a capture, one line
-# each, decoded in the terms of this project's protocol, to read next to the
-# source: who sent it, its BTH opcode and PSN, the headers the NIC acts on
-# (RETH, ImmDt, AETH), and what it means here (the CM handshake, REQ_ALLOC
+# wire-trace.sh [--raw] PCAP: the RoCE v2 packets of a capture, one line each, decoded in the terms
+# of this project's protocol, to read next to the source: who sent it, its BTH opcode and PSN, the
+# headers the NIC acts on (RETH, ImmDt, AETH), and what it means here (the CM handshake, REQ_ALLOC
 # and RESP_ALLOC, each write's slot and value, each doorbell, each ACK).
 #
-# PCAP may come from make wire (wire-results/cable.pcap), or from two real
-# machines: on either one, tcpdump -i eth0 -w x.pcap udp port 4791 or arp or
-# icmp6.  Wireshark shows every field of the same packets (it decodes UDP
-# port 4791 as RoCE v2 by itself); this is the short version.
+# PCAP may come from make wire (wire-results/cable.pcap), or from two real machines: on either one,
+# tcpdump -i eth0 -w x.pcap udp port 4791 or arp or icmp6.  Wireshark shows every field of the same
+# packets (it decodes UDP port 4791 as RoCE v2 by itself); this is the short version.
 #
 #   --raw  one tab-separated record per packet instead, for programs
 #          (scripts/wire-check.sh): frame, time, source, destination, kind,
