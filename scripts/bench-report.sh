@@ -137,6 +137,29 @@ headline_section() {
 		"cannot spread it."
 }
 
+# breakdown_section: where a write's CPU goes (breakdown.tsv), per write,
+# and per doorbell: every K writes (perftest's: a completion every K).
+breakdown_section() {
+	local k
+	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
+	heading "Where a write's CPU goes, K=$k, one run each"
+	echo "| writer | against | W | writes/s | user µs/write | system µs/write | read+write calls/write | writer's sleeps/doorbell | server CPU µs/doorbell | server's sleeps/doorbell | all CPUs µs/write | above the floor µs/write |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	awk -F'\t' -v k="$k" -v hz="$(getconf CLK_TCK)" 'NR > 1 { us = 1e6 / hz / $4; d = $4 / k }
+		$1 ~ /^ib_write_bw/ { floor = ($13 - $6 - $10) * us; $1 = "ib_write_bw -s 4 -R -l " k " -Q " k; $2 = "its own server" }
+		$1 == "client" { $1 = "rdma_pool_client -k " k }
+		NR > 1 { printf "| %s | %s | %s | %d | %.2f | %.2f | %.3f | %.2f | %.1f | %.2f | %.2f | %.2f |\n",
+			$1, $2, $3, $5, $6 * us, $7 * us, $8 / $4, $9 / d, $10 * 1e6 / hz / d,
+			$12 / d, $13 * us, $13 * us - floor }' "$out/breakdown.tsv"
+	echo
+	para "Each run: $((4 * writes)) writes. CPU time: user and system, in clock ticks of" \
+		"1/$(getconf CLK_TCK) s (/proc/PID/stat); calls: read(2) and write(2) (/proc/PID/io);" \
+		"sleeps: voluntary context switches (/proc/PID/status). The writer's over its whole" \
+		"life, connecting included; its server's over the same span; all CPUs: their busy" \
+		"time over it (/proc/stat). The floor: the kernel's work for a write, as ib_write_bw's" \
+		"run shows it: all CPUs, less its writer's user time and its server's time (it spins)."
+}
+
 {
 	para "# make bench: results"
 	[ "$mode" = smoke ] && para "**Smoke run** (make test): too small to mean anything."
@@ -155,6 +178,7 @@ read -r -a wins <<<"$(awk -F'\t' 'NR > 1 && $1 == "client" { print $3 }' "$rates
 step_k=$(awk -F'\t' 'NR > 1 && $1 ~ /^client -/ { print $2; exit }' "$rates")
 
 {
+	breakdown_section
 	heading "Message rate: 4-byte RDMA WRITEs, against rdma_srq_pool_server_ev"
 	para "Rates: median of $rounds round(s) of $writes 4-byte writes each;" \
 		"every configuration ran once per round, in turn."

@@ -105,6 +105,37 @@ stop_on_signals on_signal
 # the servers print doorbell lines, and where they go is timed too.
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 
+# $work/costed FILE CMD...: runs CMD and, once it has ended but before it is
+# reaped (a zombie, still in /proc), writes its cost to FILE; $work/costed PID:
+# the cost of process PID so far.  A cost: "user system calls sleeps", CPU time
+# in clock ticks (/proc/PID/stat), read(2) and write(2) calls (syscr + syscw,
+# /proc/PID/io), voluntary context switches (/proc/PID/status).
+cost='' # when set, client_run and perftest run their programs costed
+cat >"$work/costed" <<'EOF'
+#!/usr/bin/perl
+sub cost {
+	my ($pid, %v) = @_;
+	for my $f ("stat", "io", "status") {
+		open my $h, "<", "/proc/$pid/$f" or die "/proc/$pid/$f: $!\n";
+		my $t = join "", <$h>;
+		@v{"utime", "stime"} = (split / /, $t)[13, 14] if $f eq "stat";
+		$v{$1} = $2 while $t =~ /^(\w+):\s+(\d+)/mg;
+	}
+	return "$v{utime} $v{stime} " . ($v{syscr} + $v{syscw}) . " $v{voluntary_ctxt_switches}\n";
+}
+if (@ARGV == 1) { print cost($ARGV[0]); exit }
+my ($file, $ended) = shift;
+$SIG{CHLD} = sub { $ended = 1 }; # and the child stays until waitpid
+my $pid = fork // die "fork: $!\n";
+unless ($pid) { exec @ARGV; die "$ARGV[0]: $!\n" }
+select undef, undef, undef, 0.1 until $ended;
+open my $out, ">", $file or die "$file: $!\n";
+print $out cost($pid);
+waitpid $pid, 0;
+exit($? & 127 ? 128 + ($? & 127) : $? >> 8);
+EOF
+chmod +x "$work/costed"
+
 say() { echo "bench: [${SECONDS}s] $*" >&2; }
 die() { say "$*"; exit 1; }
 
@@ -190,7 +221,7 @@ client_run() {
 	local name=$1 size=$slice
 	shift
 	if [ "${1:-}" = --size ]; then size=$2; shift 2; fi
-	timeout 300 "$top/rdma_pool_client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
+	timeout 300 ${cost:+"$work/costed" "$work/$name.cost"} "$top/rdma_pool_client" --port "$port" --quiet "$RDMA_ADDR" "$size" \
 		"$@" >"$work/$name.out" 2>&1 && return
 	cat "$work/$name.out" >>"$out/logs/clients.out"
 	die "rdma_pool_client $* failed: $(tail -n 3 "$work/$name.out")"
@@ -278,11 +309,11 @@ perftest() {
 	shift 2
 	for pair in 1 2 3; do
 		pt_port=$((pt_port + 1))
-		timeout 300 "$tool" -R -F -p "$pt_port" "$@" >"$work/$name.server" 2>&1 &
+		timeout 300 ${cost:+"$work/costed" "$work/$name.server.cost"} "$tool" -R -F -p "$pt_port" "$@" >"$work/$name.server" 2>&1 &
 		pid=$!
 		for ((i = 0; i < 20; i++)); do
 			sleep 0.5
-			if timeout 120 "$tool" -R -F -p "$pt_port" "$@" "$RDMA_ADDR" \
+			if timeout 120 ${cost:+"$work/costed" "$work/$name.cost"} "$tool" -R -F -p "$pt_port" "$@" "$RDMA_ADDR" \
 				>"$work/$name.out" 2>&1; then
 				wait "$pid" || true
 				cat "$work/$name.out" >>"$out/logs/perftest.out"
@@ -326,7 +357,7 @@ write_bw() {
 # per ibv_post_send() (-l K), a completion every K (-Q K).  It posts a list
 # only while the list fits in its send queue (-t, 128 by default), so for
 # K > 64 the queue is 2K deep: two lists in flight, as at K = 64.
-write_bw_list() { write_bw bwl -s 4 -n "$writes" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128)); }
+write_bw_list() { write_bw bwl -s 4 -n "${2:-$writes}" -l "$1" -Q "$1" -t $(($1 > 64 ? 2 * $1 : 128)); }
 
 # row TABLE FIELD...: one line of tab-separated fields at the end of
 # OUTDIR/TABLE.tsv (the first, each table's header, makes the file).
@@ -426,6 +457,47 @@ headline_clients() {
 			"$(field writes_per_s "$work/head.out")" "$(cpu_shares "$before" "$after")"
 	done
 	server_stop
+}
+
+row breakdown what server window writes writes_per_s user sys calls sleeps server_cpu server_calls server_sleeps cpus_busy
+
+# Where a write's CPU goes: perftest at its best and the client at its K and
+# each W against each server, once each, 4 x writes writes (CPU time counts
+# in clock ticks, hundredths of a second): the writer's cost (costed), its
+# server's over the same span, and all the CPUs' busy time, connecting
+# included.  (On 6.12 rxe sends and receives on a workqueue of its own:
+# rxe_sched_task() in rxe_verbs.c; on 6.1 in the writer's system call.)
+measure_breakdown() {
+	local n=$((4 * writes)) w server from busy c
+	say "breakdown"
+	cost=1 busy=$(cpus_busy)
+	write_bw_list "$head_k" "$n"
+	breakdown_row "ib_write_bw -l -Q" ib_write_bw - "$n" "$figures" bwl "$busy" "0 0 0 0" "$(cat "$work/bwl.server.cost")"
+	for server in "$tick_server" "$ev_server"; do
+		server_start "$server"
+		for w in "${windows[@]}"; do
+			from=$(($(server_lines) + 1)) busy=$(cpus_busy) c=$("$work/costed" "$server_pid")
+			client_run bd -n "$n" -k "$head_k" -w "$w"
+			breakdown_row client "$server" "$w" "$n" "$(field writes_per_s "$work/bd.out")" bd "$busy" "$c" \
+				"$("$work/costed" "$server_pid")"
+			clients_end "$from" bd
+		done
+		server_stop
+	done
+	cost=''
+}
+
+# cpus_busy: the CPUs' busy time so far, in clock ticks (/proc/stat's first
+# line: user, nice, system, irq, softirq, steal; not idle, not iowait).
+cpus_busy() { awk '{ print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+
+# breakdown_row WHAT SERVER W WRITES WRITES/S NAME BUSY BEFORE AFTER: a row of
+# breakdown.tsv: the writer's cost ($work/NAME.cost), its server's from cost
+# BEFORE to AFTER (user + system, calls, sleeps), the CPUs' busy ticks since BUSY.
+breakdown_row() {
+	row breakdown "${@:1:5}" "$(tr ' ' '\t' <"$work/$6.cost")" "$(awk -v a="$8" -v b="$9" -v t="$7" \
+		-v now="$(cpus_busy)" 'BEGIN { OFS = "\t"; split(a, x, " "); split(b, y, " ")
+		print y[1] + y[2] - x[1] - x[2], y[3] - x[3], y[4] - x[4], now - t }')"
 }
 
 row latency what round median_us p99_us idle_pct
@@ -552,7 +624,7 @@ printf '%s=%q\n' writes "$writes" \
 	busy_default "$busy_default" \
 	where "kernel $(uname -r), $(nproc) CPUs, device ${RDMA_DEV:-$(cd /sys/class/infiniband && echo *)} at $RDMA_ADDR" >"$out/run.env"
 measure_headline
-[ "$mode" = headline ] || { measure_rates; measure_latency; measure_cpu; measure_scale; }
+[ "$mode" = headline ] || { measure_breakdown; measure_rates; measure_latency; measure_cpu; measure_scale; }
 say "doorbells checked: $doorbells_checked, all in order with value == seq"
 
 "$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$mode"

@@ -127,6 +127,8 @@ test_bench_smoke() {
 		why="no headline row for ib_write_bw -l 16 -Q 16 (its writes/s over six rounds), in results.md"
 	elif [ "$(grep -Ec '^\| rdma_pool_client -k 16 -w [14] against rdma_(srq_pool_server_ev|pool_server) \| [1-9][0-9]* \([1-9][0-9]*-[1-9][0-9]*\) \| [0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+-[0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+-[0-9]+\.[0-9]+ \| (ahead|level|behind) \| [0-9]+% \| [0-9]+% \|$' "$dir/results.md")" != 4 ]; then
 		why="not 4 headline rows for the client (W=1 and W=4 against each server: writes/s, the ratio round by round, its 95% interval and range, ahead, level or behind, the CPUs' shares), in results.md"
+	elif [ "$(grep -Ec '^\| (ib_write_bw -s 4 -R -l 16 -Q 16 \| its own server \| -|rdma_pool_client -k 16 \| rdma_(pool_server|srq_pool_server_ev) \| [14]) \| [1-9][0-9]* \|( -?[0-9]+\.[0-9]+ \|){8}$' "$dir/results.md")" != 5 ]; then
+		why="not 5 rows of where a write's CPU goes (perftest; the client at W=1 and W=4 against each server), in results.md"
 	elif ! grep -Eq '^\| ib_write_bw -s 4 -R \| - \| [1-9][0-9]* \|' "$dir/results.md"; then
 		why="no ib_write_bw rate in results.md"
 	elif ! grep -Eq '^\| rdma_pool_client \| 16 \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \| [1-9][0-9]* \| [0-9]+\.[0-9]+ \|$' "$dir/results.md"; then
