@@ -596,8 +596,10 @@ test_run_signal() {
 test_reason_with_hash() {
 	stand_in "$work/hash.t" '#!/usr/bin/env bash\n. "%s"\necho 1..1\nfail x "rpc#todo"\n' \
 		"$top/tests/report-lib.sh"
-	pass_unless report/reason_with_hash "$(prove --exec '' "$work/hash.t" >/dev/null 2>&1 &&
-		echo "prove passed a stage whose one test failed with 'rpc#todo'")"
+	local out status=0
+	out=$(prove --exec '' "$work/hash.t" 2>&1) || status=$?
+	pass_if report/reason_with_hash "prove exited $status, not 1 ending 'Result: FAIL': $(paste -sd'|' <<<"$out")" \
+		[ "$status $(tail -n 1 <<<"$out")" = "1 Result: FAIL" ]
 }
 
 report_plan
