@@ -353,7 +353,7 @@ write_bw() {
 		'reported 0 writes/s or none' "${@:2}"
 }
 
-# write_bw_list K: ib_write_bw at its best, as the client posts: K writes
+# write_bw_list K [N]: ib_write_bw at its best (N writes, $writes by default), as the client posts: K writes
 # per ibv_post_send() (-l K), a completion every K (-Q K).  It posts a list
 # only while the list fits in its send queue (-t, 128 by default), so for
 # K > 64 the queue is 2K deep: two lists in flight, as at K = 64.
@@ -464,9 +464,10 @@ row breakdown what server window writes writes_per_s user sys calls sleeps serve
 # Where a write's CPU goes: perftest at its best and the client at its K and
 # each W against each server, once each, 4 x writes writes (CPU time counts
 # in clock ticks, hundredths of a second): the writer's cost (costed), its
-# server's over the same span, and all the CPUs' busy time, connecting
-# included.  (On 6.12 rxe sends and receives on a workqueue of its own:
-# rxe_sched_task() in rxe_verbs.c; on 6.1 in the writer's system call.)
+# server's over the same span (perftest's: its whole life), and all the CPUs'
+# busy time, connecting included.  (On 6.12 rxe sends and receives on a
+# workqueue of its own: rxe_sched_task() in rxe_verbs.c; on 6.1 mostly in
+# the writer's system call, in tasklets when a queue backs up.)
 measure_breakdown() {
 	local n=$((4 * writes)) w server from busy c
 	say "breakdown"

@@ -91,7 +91,7 @@ latency_row_missing() {
 
 # make bench's smoke run (bench.sh --smoke), so that it cannot rot: a few hundred writes at
 # K = 16 through every measurement, up to 4 clients at once against each server.  bench.sh fails
-# on a doorbell out of order or wrong; here every number it reports must be there and positive.
+# on a doorbell out of order or wrong; here every number it reports must be there, each rate positive.
 # Two run at once into one folder: one waits (one bench per machine), both pass, and the folder
 # is one run's, whole.  In the second, perftest's first server ends at once, as a peer's hiccup
 # would: the pair is started again.  The timeouts only stop a hang (in the VM on 6.1: 195 s,
