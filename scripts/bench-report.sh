@@ -157,7 +157,7 @@ breakdown_section() {
 		"sleeps: voluntary context switches (/proc/PID/status). The writer's over its whole" \
 		"life, connecting included; its server's over the same span (ib_write_bw's server:" \
 		"its whole life); all CPUs: their busy time over the run (/proc/stat; for" \
-		"ib_write_bw, from its server's start to its end). The floor: all" \
+		"ib_write_bw, from just before its server's start to its end). The floor: all" \
 		"CPUs' busy time in ib_write_bw's run less its writer's user time and its server's" \
 		"CPU time (it spins): mostly the kernel's work for a write."
 }
