@@ -106,33 +106,39 @@ stop_on_signals on_signal
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
 
 # $work/costed FILE CMD...: runs CMD and, once it has ended but before it is
-# reaped (a zombie, still in /proc), writes its cost to FILE; $work/costed PID:
-# the cost of process PID so far.  A cost: "user system calls sleeps", CPU time
-# in clock ticks (/proc/PID/stat), read(2) and write(2) calls (syscr + syscw,
-# /proc/PID/io), voluntary context switches (/proc/PID/status).
+# reaped (a zombie: its stat and status still there), writes its cost to FILE;
+# $work/costed PID: the cost of process PID so far.  A cost: "user system calls
+# sleeps", CPU time in clock ticks (/proc/PID/stat), read(2) and write(2) calls
+# (syscr + syscw, /proc/PID/io), voluntary context switches (/proc/PID/status).
+# A zombie's io only root may read: the calls are what reaping it adds to ours
+# (wait_task_zombie() in kernel/exit.c adds a child's I/O counts to its parent's).
 cost='' # when set, client_run and perftest run their programs costed
 cat >"$work/costed" <<'EOF'
 #!/usr/bin/perl
-sub cost {
-	my ($pid, %v) = @_;
-	for my $f ("stat", "io", "status") {
-		open my $h, "<", "/proc/$pid/$f" or die "/proc/$pid/$f: $!\n";
-		my $t = join "", <$h>;
-		@v{"utime", "stime"} = (split / /, $t)[13, 14] if $f eq "stat";
-		$v{$1} = $2 while $t =~ /^(\w+):\s+(\d+)/mg;
-	}
-	return "$v{utime} $v{stime} " . ($v{syscr} + $v{syscw}) . " $v{voluntary_ctxt_switches}\n";
+sub fields { # FILE, %v: its "name: number" lines, and stat's CPU ticks, into %v
+	my ($file, $v) = @_;
+	open my $h, "<", $file or die "$file: $!\n";
+	sysread $h, my $t, 65536; # in one read(2), which the delta below counts
+	@$v{"utime", "stime"} = (split / /, $t)[13, 14] if $file =~ m{/stat$};
+	$v->{$1} = $2 while $t =~ /^(\w+):\s+(\d+)/mg;
 }
-if (@ARGV == 1) { print cost($ARGV[0]); exit }
-my ($file, $ended) = shift;
+sub line { my $v = shift; "$v->{utime} $v->{stime} " . ($v->{syscr} + $v->{syscw}) . " $v->{voluntary_ctxt_switches}\n" }
+if (@ARGV == 1) { my %v; fields("/proc/$ARGV[0]/$_", \%v) for "stat", "io", "status"; print line(\%v); exit }
+my ($file, $ended, %v, %ours, %then) = shift;
 $SIG{CHLD} = sub { $ended = 1 }; # and the child stays until waitpid
 my $pid = fork // die "fork: $!\n";
 unless ($pid) { exec @ARGV; die "$ARGV[0]: $!\n" }
 select undef, undef, undef, 0.1 until $ended;
-open my $out, ">", $file or die "$file: $!\n";
-print $out cost($pid);
+fields("/proc/$pid/$_", \%v) for "stat", "status";
+fields("/proc/self/io", \%ours);
 waitpid $pid, 0;
-exit($? & 127 ? 128 + ($? & 127) : $? >> 8);
+my $status = $?;
+fields("/proc/self/io", \%then);
+$v{$_} = $then{$_} - $ours{$_} for "syscr", "syscw";
+$v{syscr}--; # the read of %ours
+open my $out, ">", $file or die "$file: $!\n";
+print $out line(\%v);
+exit($status & 127 ? 128 + ($status & 127) : $status >> 8);
 EOF
 chmod +x "$work/costed"
 
