@@ -175,6 +175,9 @@ for b in "${budgets[@]}"; do latency_servers+=("$ev_server --busy-poll-us $b"); 
 server_start() {
 	local -a argv
 	read -r -a argv <<<"$1"
+	# Emptied first: the redirection below happens after the fork, and
+	# listen_port might meanwhile find the last server's listen line.
+	: >"$work/server.out"
 	"$top/${argv[0]}" --port 0 "${argv[@]:1}" "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
 	port=$(listen_port "$work/server.out" "$server_pid") ||
