@@ -12,7 +12,7 @@
  *                 or a client or its device gone (conn_close)
  *   async_handle  a device's events: a QP that broke (conn_close),
  *                 LAST_WQE_REACHED, COMM_EST
- *   cq_event      the CQ's event: get, ack, drain, re-arm, drain; or spin
+ *   cq_event      the CQ's event: get, ack, drain, re-arm (or not yet), drain
  *   cq_drain      each completion: on_request and reply_send (a registered
  *                 buffer, freed by reply_buffer_put), on_doorbell, or a
  *                 failure (conn_close)
@@ -80,7 +80,7 @@ int main(int argc, char **argv)
 	struct server srv = { .sigfd = -1 };
 	int err;
 
-	err = parse_options(argc, argv, true, &srv.opt); /* --busy-poll-us */
+	err = parse_options(argc, argv, true, &srv.opt); /* --rearm-after-us */
 	if (err || srv.opt.help)
 		goto out;
 	err = devices_fit(&srv);
@@ -133,10 +133,9 @@ static int listen_open(struct server *srv)
 	return 0;
 }
 
-/* Sleep in poll() until a CM event or a signal, or a CQ or async event of
- * a device in use (two fds each, polled from the turn after it opens), or
- * the next deadline or look at the devices (poll_timeout()); until SIGINT,
- * SIGTERM or EPIPE. */
+/* Sleep in poll() till a CM event or a signal, a device's CQ or async event
+ * (two fds each, polled from the turn after it opens), or the next deadline
+ * or look (poll_timeout()); until SIGINT, SIGTERM or EPIPE. */
 static int serve(struct server *srv)
 {
 	enum { CM, SIG, DEVICES }; /* then each device's CQ and ASYNC */
@@ -171,7 +170,7 @@ static int serve(struct server *srv)
 			if (f[ASYNC].revents)
 				err = async_handle(srv, dev);
 			if (err >= 0 &&
-			    (f[CQ].revents || dev->spinning || dev->cq_more))
+			    (f[CQ].revents || dev->unarmed || dev->cq_more))
 				err = cq_event(srv, dev, f[CQ].revents);
 		}
 		if (err >= 0)
@@ -191,17 +190,21 @@ static int serve(struct server *srv)
 	return 0;
 }
 
+#define LOOK_MS 1   /* how often to look at a CQ left unarmed */
 #define REAP_MS 100 /* how often to look at closing connections */
 
-/* How long poll() may sleep, in ms: 0 while a CQ is polled unarmed or has
- * more; at most REAP_MS while QPs close; else till due (-1: no deadline). */
+/* How long poll() may sleep, in ms: 0 while a CQ has more; at most LOOK_MS
+ * while one is unarmed, REAP_MS while QPs close; else till due (-1: none). */
 static int poll_timeout(struct server *srv, double due)
 {
 	double ms = (due - now_seconds()) * 1e3;
 
 	for (unsigned int i = 0; i < srv->ndevices; i++)
-		if (srv->devices[i].spinning || srv->devices[i].cq_more)
+		if (srv->devices[i].cq_more)
 			return 0;
+	for (unsigned int i = 0; i < srv->ndevices; i++)
+		if (srv->devices[i].unarmed && ms > LOOK_MS)
+			return LOOK_MS;
 	if (srv->nclosing && ms > REAP_MS)
 		return REAP_MS;
 	if (isinf(ms))
@@ -569,12 +572,12 @@ static int async_handle(struct server *srv, struct device *dev)
 	return ret;
 }
 
-/* The armed CQ got a completion (woken), or it is polled unarmed, or the
+/* The armed CQ got a completion (woken), or is looked at unarmed, or the
  * last pass left some: get the event (a read() of the channel), ack it
  * (ibv_destroy_cq() waits for the acks), drain, re-arm, drain again: the
- * re-arm missed those.  Hybrid polling: no re-arm while a pass stops at
- * its bound, nor till --busy-poll-us pass with no completion (dev->spinning:
- * serve() calls again at once; docs/performance.md). */
+ * re-arm missed those.  No re-arm while a pass stops at its bound, nor till
+ * --rearm-after-us pass with no completion: serve() looks every LOOK_MS till
+ * then (dev->unarmed), and a stream of doorbells wakes nobody. */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
@@ -590,11 +593,11 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 	if (n < 0)
 		return n;
 	now = now_seconds();
-	if (n > 0 || !dev->spinning)
+	if (n > 0 || !dev->unarmed)
 		dev->last_completion = now;
 	quiet_us = (now - dev->last_completion) * 1e6;
-	dev->spinning = dev->cq_more || quiet_us < srv->opt.busy_poll_us;
-	if (dev->spinning)
+	dev->unarmed = dev->cq_more || quiet_us < srv->opt.rearm_after_us;
+	if (dev->unarmed)
 		return 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */
 	ret = ibv_req_notify_cq(dev->cq, 0);
@@ -839,9 +842,8 @@ static int conn_destroy(struct server *srv, struct conn *conn, double now)
 	return err;
 }
 
-/* At the end: close every connection, then take events and completions
- * until each QP is quiet and destroyed (conn_quiet()); after a signal, a
- * last count. */
+/* At the end: close every connection, take events and completions till each
+ * QP is quiet and destroyed (conn_quiet()); after a signal, a last count. */
 static int conns_end(struct server *srv)
 {
 	const struct timespec pause = { .tv_nsec = 1000000 };

@@ -21,10 +21,10 @@
 #define DEFAULT_KEEPALIVE_MS 10000
 #define MAX_DEADLINE_MS 600000
 #define DEFAULT_BREAKS_PER_SOURCE 4 /* per source address: conn_refusal() */
-#define DEFAULT_BUSY_POLL_US 200    /* hybrid polling, see cq_event() */
-#define MAX_BUSY_POLL_US 1000000
+#define DEFAULT_REARM_AFTER_US 2000 /* deferred re-arming: cq_event() */
+#define MAX_REARM_AFTER_US 1000000
 
-static void usage(FILE *out, bool busy_poll)
+static void usage(FILE *out, bool rearm)
 {
 	fprintf(out,
 		"usage: %s [options]\n"
@@ -64,19 +64,20 @@ static void usage(FILE *out, bool busy_poll)
 		DEFAULT_POOL_SIZE, DEFAULT_SRQ_DEPTH, DEFAULT_MAX_CONNS,
 		DEFAULT_HANDSHAKE_MS, DEFAULT_BREAKS_PER_SOURCE,
 		DEFAULT_REQUEST_MS, DEFAULT_KEEPALIVE_MS);
-	if (busy_poll)
+	if (rearm)
 		fprintf(out,
-			"      --busy-poll-us N   after a wake-up, poll the CQ for up\n"
-			"                         to N us between completions before\n"
-			"                         sleeping again; 0: never (default %d)\n",
-			DEFAULT_BUSY_POLL_US);
+			"      --rearm-after-us N after a wake-up, look at the CQ every\n"
+			"                         ms, unarmed, and re-arm it once N us\n"
+			"                         pass with no completion; 0: at once\n"
+			"                         (default %d)\n",
+			DEFAULT_REARM_AFTER_US);
 	fprintf(out, "  -h, --help             show this text\n");
 }
 
 /* Fills opt from the arguments, or says what is wrong and fails; --help
- * prints the usage and sets opt->help.  --busy-poll-us only if busy_poll:
+ * prints the usage and sets opt->help.  --rearm-after-us only if rearm:
  * the event-driven server waits on its CQs, the polling one never does. */
-int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
+int parse_options(int argc, char **argv, bool rearm, struct options *opt)
 {
 	struct option longopts[] = {
 		{ "port", required_argument, NULL, 'p' },
@@ -91,7 +92,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		{ "request-timeout-ms", required_argument, NULL, 'R' },
 		{ "keepalive-ms", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
-		{ "busy-poll-us", required_argument, NULL, 'B' },
+		{ "rearm-after-us", required_argument, NULL, 'B' },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Options that take a number: name in messages, default, bounds. */
@@ -119,8 +120,8 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 		  MAX_DEADLINE_MS, &opt->request_ms },
 		{ 'K', "keepalive time", DEFAULT_KEEPALIVE_MS, 0,
 		  MAX_DEADLINE_MS, &opt->keepalive_ms },
-		{ 'B', "busy-poll time", DEFAULT_BUSY_POLL_US, 0,
-		  MAX_BUSY_POLL_US, &opt->busy_poll_us },
+		{ 'B', "re-arm delay", DEFAULT_REARM_AFTER_US, 0,
+		  MAX_REARM_AFTER_US, &opt->rearm_after_us },
 	};
 	size_t i, n = sizeof(numbers) / sizeof(numbers[0]);
 	uint64_t value;
@@ -129,7 +130,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 	*opt = (struct options){ .address = "::" };
 	for (i = 0; i < n; i++)
 		*numbers[i].value = numbers[i].init;
-	if (!busy_poll) /* the table ends before it, the last */
+	if (!rearm) /* the table ends before it, the last */
 		longopts[sizeof(longopts) / sizeof(longopts[0]) - 2] =
 			(struct option){ NULL, 0, NULL, 0 };
 	while (!err &&
@@ -153,7 +154,7 @@ int parse_options(int argc, char **argv, bool busy_poll, struct options *opt)
 			err = -EINVAL;
 		} else { /* -h, or one getopt_long() has said is wrong */
 			opt->help = c == 'h';
-			usage(opt->help ? stdout : stderr, busy_poll);
+			usage(opt->help ? stdout : stderr, rearm);
 			return opt->help ? 0 : -EINVAL;
 		}
 	}

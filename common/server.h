@@ -50,7 +50,7 @@ struct options {
 	uint32_t conns_per_source, breaks_per_source;	 /* conn_refusal() */
 	enum isolation isolation; /* whose key opens what: slice_key_make() */
 	bool help;
-	uint32_t busy_poll_us; /* the event-driven server's cq_event() */
+	uint32_t rearm_after_us; /* the event-driven server's cq_event() */
 };
 
 struct conn {
@@ -98,11 +98,11 @@ struct device {
 	uint64_t doorbells;
 	unsigned int nconns; /* connections on it */
 
-	/* The event-driven server's own: its completion channel, hybrid
-	 * polling (cq_event()), and its reply buffers (replies_open()). */
+	/* The event-driven server's own: its completion channel, deferred
+	 * re-arming (cq_event()), and its reply buffers (replies_open()). */
 	struct ibv_comp_channel *comp;
-	bool spinning;		/* polling the CQ unarmed */
-	double last_completion; /* while spinning */
+	bool unarmed;		/* looking at the CQ every ms */
+	double last_completion; /* while unarmed */
 	uint8_t *send_bufs;
 	struct ibv_mr *send_mr;
 	uint32_t *send_free, nsend_free; /* a stack of free reply buffers */
@@ -129,7 +129,7 @@ struct server {
 };
 
 /* options.c */
-int parse_options(int argc, char **argv, bool busy_poll, struct options *opt);
+int parse_options(int argc, char **argv, bool rearm, struct options *opt);
 
 /* reports.c */
 int reports_open(struct server *srv);

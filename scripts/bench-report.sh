@@ -52,7 +52,7 @@ para() { printf '%s\n\n' "$*"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 # What bench.sh ran: the shell assignments it wrote.
-writes='' load='' scaling='' lat='' busy_default='' where=''
+writes='' load='' scaling='' lat='' rearm_default='' where=''
 # shellcheck source=/dev/null
 . "$out/run.env"
 
@@ -240,10 +240,10 @@ client|(defaults)|yes|yes|1
 client|-w ${wins[-1]}|yes|yes|${wins[-1]}
 EOF
 	echo
-	heading "Doorbell round trip (4 bytes), and idle CPU, by busy-poll budget"
+	heading "Doorbell round trip (4 bytes), and idle CPU, by re-arm delay"
 	echo "| measure | median µs | p99 µs | idle after serving: % of a core |"
 	echo "|---|---:|---:|---:|"
-	latency_table | awk -F'\t' -v def="rdma_srq_pool_server_ev --busy-poll-us $busy_default" '{
+	latency_table | awk -F'\t' -v def="rdma_srq_pool_server_ev --rearm-after-us $rearm_default" '{
 		if ($1 == def) $1 = $1 " (the default)"
 		range = ($3 != $4) ? sprintf(" (%s-%s)", $3, $4) : ""
 		if ($1 == "ib_write_lat") {
@@ -257,13 +257,13 @@ EOF
 	para "Each server: $lat. Median and p99: the medians over all its clients'" \
 		"(in brackets, the lowest and highest median). Idle: the server's CPU" \
 		"time (from /proc/PID/schedstat) in the seconds after the client left."
-	latency_table | awk -F'\t' -v ev="rdma_srq_pool_server_ev --busy-poll-us $busy_default" -v tick=rdma_pool_server '
+	latency_table | awk -F'\t' -v ev="rdma_srq_pool_server_ev --rearm-after-us $rearm_default" -v tick=rdma_pool_server '
 		$1 == ev { em = $2; ep = $5; ei = $6 }
 		$1 == tick { tm = $2; tp = $5 }
 		END {
 			if (!tm || !em) exit
 			r = em / tm
-			printf "Targets, %s (its default busy-poll budget) against %s:" \
+			printf "Targets, %s (its default re-arm delay) against %s:" \
 				" median %.2f x the tick loop'"'"'s (target at most 1.20: %s);" \
 				" p99 %.1f against %.1f µs (target no worse: %s);" \
 				" idle %s%% of a core (target under 1%%: %s).\n",
@@ -272,7 +272,7 @@ EOF
 				ei, (ei + 0 < 1) ? "met" : "NOT met"
 		}'
 	echo
-	para "![round trip and idle CPU against the busy-poll budget](busy_poll.png)"
+	para "![round trip and idle CPU against the re-arm delay](rearm.png)"
 	heading "Server CPU time (user + system, from /proc/PID/stat)"
 	echo "| server | idle: seconds | CPU s | % of a core | load: seconds | CPU s | % of a core |"
 	echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -321,15 +321,15 @@ while IFS= read -r server; do
 	scale_plots+="${scale_plots:+, }'$out/scale.dat' index $((index++)) using 1:2 title '$server' with linespoints linewidth 2"
 done <<<"$(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$scale")"
 clients=$(awk -F'\t' 'NR > 1 { print $2 }' "$scale" | sort -nu)
-# The third: the event-driven server's round trip (median, p99) and idle CPU against its busy-poll
-# budget, with the tick loop's round trip as lines; a budget per x position, in the order they ran.
-latency_table | awk -F'\t' '$1 ~ /--busy-poll-us / {
-	n = split($1, w, " "); printf "%d\t%s\t%s\t%s\t%s\n", i++, w[n], $2, $5, $6 }' >"$out/busy_poll.dat"
+# The third: the event-driven server's round trip (median, p99) and idle CPU against its re-arm
+# delay, with the tick loop's round trip as lines; a delay per x position, in the order they ran.
+latency_table | awk -F'\t' '$1 ~ /--rearm-after-us / {
+	n = split($1, w, " "); printf "%d\t%s\t%s\t%s\t%s\n", i++, w[n], $2, $5, $6 }' >"$out/rearm.dat"
 read -r tick_median tick_p99 <<<"$(latency_table | awk -F'\t' '$1 == "rdma_pool_server" { print $2, $5 }')"
-budget_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/busy_poll.dat")
+delay_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/rearm.dat")
 # The idle axis up to the highest idle CPU, and at least 1%: the event-driven server's is often
-# 0 at every budget, which gnuplot's autoscale cannot draw (it warns of an empty range).
-idle_top=$(awk -F'\t' '$5 > m { m = $5 } END { print (m > 1 ? m * 1.1 : 1) }' "$out/busy_poll.dat")
+# 0 at every delay, which gnuplot's autoscale cannot draw (it warns of an empty range).
+idle_top=$(awk -F'\t' '$5 > m { m = $5 } END { print (m > 1 ? m * 1.1 : 1) }' "$out/rearm.dat")
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
@@ -357,21 +357,21 @@ set xrange [0.7:$(echo "$clients" | tail -n 1)*1.4]
 set xtics ($(echo "$clients" | paste -sd,))
 plot $scale_plots
 
-set output '$out/busy_poll.png'
-set title 'Doorbell round trip and idle CPU of rdma_srq_pool_server_ev, by busy-poll budget'
+set output '$out/rearm.png'
+set title 'Doorbell round trip and idle CPU of rdma_srq_pool_server_ev, by re-arm delay'
 unset logscale x
 set logscale y
-set xlabel '--busy-poll-us'
+set xlabel '--rearm-after-us'
 set xrange [-0.5:*]
-set xtics ($budget_tics)
+set xtics ($delay_tics)
 set ylabel 'round trip, µs'
 set yrange [*:*]
 set y2label 'idle CPU after serving, % of a core'
 set y2range [0:$idle_top]
 set y2tics
-plot '$out/busy_poll.dat' using 1:3 title 'median round trip' with linespoints linewidth 2, \
-     '$out/busy_poll.dat' using 1:4 title 'p99 round trip' with linespoints linewidth 2, \
+plot '$out/rearm.dat' using 1:3 title 'median round trip' with linespoints linewidth 2, \
+     '$out/rearm.dat' using 1:4 title 'p99 round trip' with linespoints linewidth 2, \
      ${tick_median:-0} title 'rdma_pool_server median' with lines dashtype 2, \
      ${tick_p99:-0} title 'rdma_pool_server p99' with lines dashtype 3, \
-     '$out/busy_poll.dat' using 1:5 axes x1y2 title 'idle CPU' with linespoints linewidth 2
+     '$out/rearm.dat' using 1:5 axes x1y2 title 'idle CPU' with linespoints linewidth 2
 EOF

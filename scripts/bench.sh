@@ -50,14 +50,14 @@ if [ "$mode" = smoke ]; then
 	writes=320 ks=(16) windows=(1 4) rounds=1 step_k=16
 	lat_doorbells=200 idle_seconds=1 load_clients=2 load_writes=300
 	scale_clients=(1 4) scale_writes=640
-	budgets=(0) lat_rounds=1 lat_clients=1 lat_idle_seconds=1
+	delays=(0) lat_rounds=1 lat_clients=1 lat_idle_seconds=1
 	# Six rounds: the fewest that give a 95% interval (bench-report.sh).
 	head_k=16 head_rounds=${head_rounds:-6}
 else
 	writes=51200 ks=(1 4 16 64 256) windows=(1 4) rounds=5 step_k=64
 	lat_doorbells=1000 idle_seconds=10 load_clients=4 load_writes=20000
 	scale_clients=(1 2 4 8 16 32) scale_writes=20000
-	budgets=(0 10 20 50 100 200 500 2000) lat_rounds=4 lat_clients=3 lat_idle_seconds=2
+	delays=(0 1000 2000 5000) lat_rounds=4 lat_clients=3 lat_idle_seconds=2
 	head_k=64 head_rounds=${head_rounds:-20}
 fi
 # writes is a multiple of every K: perftest's post list (-l K) must divide
@@ -72,9 +72,9 @@ scale_k=64 scale_slice=$(((scale_writes * 4 + 4095) / 4096 * 4096))
 
 ev_server=rdma_srq_pool_server_ev tick_server=rdma_pool_server
 # The servers compared, each "PROGRAM [OPTIONS...]" (the tables and plots
-# name it so): the event-driven server plain (--busy-poll-us 0: it re-arms
-# the CQ at every wake-up) and with its default hybrid polling.
-servers=("$tick_server" "$ev_server --busy-poll-us 0" "$ev_server")
+# name it so): the event-driven server plain (--rearm-after-us 0: it re-arms
+# the CQ at every wake-up) and with its default deferred re-arming.
+servers=("$tick_server" "$ev_server --rearm-after-us 0" "$ev_server")
 scale_servers=("${servers[@]}")
 [ "$mode" != smoke ] || scale_servers=("$tick_server" "$ev_server")
 # perftest's, a fresh one per pair: one bench at a time holds a lock, but
@@ -162,13 +162,13 @@ out=$(run_dir "$final")
 mkdir -p "$out/logs"
 
 # The round trip against the tick loop, and against the event-driven server
-# at each busy-poll budget, its default (from its --help) always one.
-busy_default=$("$top/$ev_server" --help | tr '\n' ' ' |
-	sed -n 's/.*--busy-poll-us N[^(]*(default \([0-9]*\)).*/\1/p')
-[ -n "$busy_default" ] || die "$ev_server --help names no default for --busy-poll-us"
-read -r -a budgets <<<"$(printf '%s\n' "${budgets[@]}" "$busy_default" | sort -nu | paste -sd' ')"
+# at each re-arm delay, its default (from its --help) always one.
+rearm_default=$("$top/$ev_server" --help | tr '\n' ' ' |
+	sed -n 's/.*--rearm-after-us N[^(]*(default \([0-9]*\)).*/\1/p')
+[ -n "$rearm_default" ] || die "$ev_server --help names no default for --rearm-after-us"
+read -r -a delays <<<"$(printf '%s\n' "${delays[@]}" "$rearm_default" | sort -nu | paste -sd' ')"
 latency_servers=("$tick_server")
-for b in "${budgets[@]}"; do latency_servers+=("$ev_server --busy-poll-us $b"); done
+for b in "${delays[@]}"; do latency_servers+=("$ev_server --rearm-after-us $b"); done
 
 # server_start "PROGRAM [OPTIONS...]" [MORE...]: in the background (the
 # entry split at spaces), logging to $work/server.out; returns once it listens.
@@ -515,7 +515,7 @@ row latency what round median_us p99_us idle_pct
 # ib_write_lat's ping-pong, and the client's doorbell round trip against
 # each of latency_servers, many times (under emulation one client's median
 # swings by 2x from run to run); then the server's CPU while idle just after
-# it served: with a busy-poll budget it must fall asleep within it.
+# it served: with a re-arm delay it must fall asleep within it.
 measure_latency() {
 	local r c entry a b idle rows
 	say "latency"
@@ -631,7 +631,7 @@ printf '%s=%q\n' writes "$writes" \
 	load "$load_clients clients, each $load_writes writes with a doorbell every $load_k" \
 	scaling "$scale_writes writes with a doorbell every $scale_k (K=$scale_k), W=1, a slice of $scale_slice bytes" \
 	lat "$lat_rounds round(s), every server once per round in turn; each time $lat_clients client(s) of $lat_doorbells doorbells (K=1, W=1) one after the other, then $lat_idle_seconds s idle" \
-	busy_default "$busy_default" \
+	rearm_default "$rearm_default" \
 	where "kernel $(uname -r), $(nproc) CPUs, device ${RDMA_DEV:-$(cd /sys/class/infiniband && echo *)} at $RDMA_ADDR" >"$out/run.env"
 measure_headline
 [ "$mode" = headline ] || { measure_breakdown; measure_rates; measure_latency; measure_cpu; measure_scale; }
@@ -640,5 +640,5 @@ say "doorbells checked: $doorbells_checked, all in order with value == seq"
 "$top/scripts/bench-report.sh" "$out" "$doorbells_checked" "$mode"
 publish_dir "$out" "$final" || die "cannot put $out in $final's place"
 out=$final plots=''
-[ "$mode" = headline ] || plots=", $out/writes_per_s.png, $out/busy_poll.png and $out/scale.png"
+[ "$mode" = headline ] || plots=", $out/writes_per_s.png, $out/rearm.png and $out/scale.png"
 say "wrote $out/results.md$plots"

@@ -82,8 +82,8 @@ latency_row_missing() {
 	grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" ||
 		{ echo ib_write_lat; return; }
 	for what in rdma_pool_server \
-		"rdma_srq_pool_server_ev --busy-poll-us 0" \
-		"rdma_srq_pool_server_ev --busy-poll-us [0-9]+ \(the default\)"; do
+		"rdma_srq_pool_server_ev --rearm-after-us 0" \
+		"rdma_srq_pool_server_ev --rearm-after-us [0-9]+ \(the default\)"; do
 		grep -Eq "^\| rdma_pool_client -k 1 -w 1 against $what \| $pos( \([0-9.]+-[0-9.]+\))? \| $pos \| [0-9]+\.[0-9]+ \|\$" "$1" ||
 			{ echo "$what"; return; }
 	done
@@ -138,17 +138,17 @@ test_bench_smoke() {
 	elif missing=$(latency_row_missing "$dir/results.md") && [ -n "$missing" ]; then
 		why="no round-trip row for $missing, with a positive median and p99 and an idle CPU, in results.md: $(grep -E '^\| (ib_write_lat|rdma_pool_client -k 1)' "$dir/results.md" | tr '\n' ' ' || true)"
 	elif ! grep -Eq '^Targets, rdma_srq_pool_server_ev .* median [0-9.]+ x .* p99 [0-9.]+ against [0-9.]+ .* idle [0-9.]+% ' "$dir/results.md"; then
-		why="no line that holds the default busy-poll budget to its targets, in results.md"
+		why="no line that holds the default re-arm delay to its targets, in results.md"
 	elif idle=$(sed -n 's/^Targets, .* idle \([0-9.]*\)% .*/\1/p' "$dir/results.md") &&
 		! awk -v i="$idle" 'BEGIN { exit !(i < 10) }'; then
 		# Measured 0.2 to 0.3%; never asleep, it would use a whole core.
-		why="rdma_srq_pool_server_ev with its default busy-poll budget used $idle% of a core while idle: it does not fall asleep"
-	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev( --busy-poll-us 0)?) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 3 ]; then
-		why="not 3 CPU rows (the tick loop, the event-driven server plain and hybrid) in results.md"
+		why="rdma_srq_pool_server_ev with its default re-arm delay used $idle% of a core while idle: it does not fall asleep"
+	elif [ "$(grep -Ec '^\| rdma_(pool_server|srq_pool_server_ev( --rearm-after-us 0)?) \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \| [0-9.]+ \| [0-9.]+ \|$' "$dir/results.md")" != 3 ]; then
+		why="not 3 CPU rows (the tick loop, the event-driven server plain and deferring its re-arm) in results.md"
 	elif missing=$(scale_row_missing "$dir/results.md") && [ -n "$missing" ]; then
 		why="no scaling row for $missing, every number positive, in results.md"
 	fi
-	for png in busy_poll.png writes_per_s.png scale.png; do # each must start with the PNG signature
+	for png in rearm.png writes_per_s.png scale.png; do # each must start with the PNG signature
 		[ -n "$why" ] || [ "$(head -c 8 "$dir/$png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] ||
 			why="$png is not a PNG"
 	done

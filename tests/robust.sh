@@ -85,7 +85,7 @@ test_server_args() {
 	expect_error "$t/pool_junk" 5 "bad pool size '4M'" "$top/$s" --pool-size 4M
 	expect_error "$t/srq_depth_0" 5 "bad SRQ depth '0'" "$top/$s" --srq-depth 0
 	[ "$s" != rdma_srq_pool_server_ev ] ||
-		expect_error "$t/busy_poll_too_long" 5 "bad busy-poll time '1000001'" "$top/$s" --busy-poll-us 1000001
+		expect_error "$t/rearm_too_long" 5 "bad re-arm delay '1000001'" "$top/$s" --rearm-after-us 1000001
 	expect_error "$t/extra_argument" 5 "unexpected argument 'extra'" "$top/$s" extra
 	needs_root "$t/no_rdma_device" "hide the device in a mount namespace" &&
 		expect_error "$t/no_rdma_device" 10 "no RDMA device found.*rdma link add" unshare --mount sh -c \

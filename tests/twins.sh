@@ -20,7 +20,7 @@ declare -A DESIGNED=(
 	[reply_send]="inline from the stack, or from a registered buffer (the second lesson)"
 	[on_completion]="a completed reply gives its buffer back, by wr_id"
 	[serve]="the tick loop, or poll() on the descriptors"
-	[main]="the event-driven server takes --busy-poll-us"
+	[main]="the event-driven server takes --rearm-after-us"
 	[stats_print]="the event-driven server counts its free reply buffers too"
 	[conn_destroy]="... and takes back those of the sends it abandons"
 )

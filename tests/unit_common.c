@@ -429,7 +429,7 @@ static void test_parse_options(void)
 	       opt.isolation == ISOLATION_MR);
 	EXPECT(parse(&opt, "--isolation", "mw") == -EINVAL);
 	EXPECT(parse(&opt, "--pool-size", "4097") == -EINVAL);
-	EXPECT(parse(&opt, "--busy-poll-us", "5") == -EINVAL); /* not ours */
+	EXPECT(parse(&opt, "--rearm-after-us", "5") == -EINVAL); /* not ours */
 	EXPECT(parse(&opt, "--keepalive-ms", "0") == 0 && !opt.keepalive_ms);
 }
 
