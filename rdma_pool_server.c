@@ -299,9 +299,8 @@ static int pool_register(struct server *srv, struct device *dev)
 /* A few bytes too many still get an EBADMSG reply. */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
 
-/* Receive buffers for all QPs of the device.  Empty, the NIC answers
- * "receiver not ready" (RNR) and the client's NIC retries: slower,
- * nothing lost. */
+/* Receive buffers for all the device's QPs.  Empty, the NIC answers "receiver
+ * not ready" (RNR) and the client's NIC retries: slower, nothing lost. */
 static int srq_open(struct server *srv, struct device *dev)
 {
 	uint32_t depth = srv->opt.srq_depth;

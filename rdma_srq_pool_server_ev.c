@@ -358,9 +358,8 @@ static int pool_register(struct server *srv, struct device *dev)
 /* A few bytes too many still get an EBADMSG reply. */
 #define RECV_BUF_SIZE (2 * CTRL_MSG_SIZE)
 
-/* Receive buffers for all QPs of the device.  Empty, the NIC answers
- * "receiver not ready" (RNR) and the client's NIC retries: slower,
- * nothing lost. */
+/* Receive buffers for all the device's QPs.  Empty, the NIC answers "receiver
+ * not ready" (RNR) and the client's NIC retries: slower, nothing lost. */
 static int srq_open(struct server *srv, struct device *dev)
 {
 	uint32_t depth = srv->opt.srq_depth;
@@ -575,9 +574,9 @@ static int async_handle(struct server *srv, struct device *dev)
 /* The armed CQ got a completion (woken), or is looked at unarmed, or the
  * last pass left some: get the event (a read() of the channel), ack it
  * (ibv_destroy_cq() waits for the acks), drain, re-arm, drain again: the
- * re-arm missed those.  No re-arm while a pass stops at its bound, nor till
- * --rearm-after-us pass with no completion: serve() looks every LOOK_MS till
- * then (dev->unarmed), and a stream of doorbells wakes nobody. */
+ * re-arm missed those.  Not re-armed till --rearm-after-us pass with no
+ * completion: till then serve() looks every LOOK_MS, or at once after a look
+ * that found some (dev->cq_more), and a stream of doorbells wakes nobody. */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
@@ -597,6 +596,7 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 		dev->last_completion = now;
 	quiet_us = (now - dev->last_completion) * 1e6;
 	dev->unarmed = dev->cq_more || quiet_us < srv->opt.rearm_after_us;
+	dev->cq_more = dev->unarmed && n > 0; /* as the tick loop goes on */
 	if (dev->unarmed)
 		return 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */

@@ -92,7 +92,7 @@ struct device {
 	struct ibv_mr *pool_mr, *recv_mr;
 	struct ibv_srq *srq;
 	struct ibv_cq *cq;
-	bool cq_more;	 /* cq_drain() stopped at its bound, not at empty */
+	bool cq_more;	 /* cq_drain() hit its bound (or see cq_event()) */
 	uint64_t polled; /* completions cq_drain() has taken */
 	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
