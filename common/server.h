@@ -101,7 +101,7 @@ struct device {
 	/* The event-driven server's own: its completion channel, deferred
 	 * re-arming (cq_event()), and its reply buffers (replies_open()). */
 	struct ibv_comp_channel *comp;
-	bool unarmed;		/* looking at the CQ every ms */
+	bool unarmed;		/* looked at, not waited on: cq_event() */
 	double last_completion; /* while unarmed */
 	uint8_t *send_bufs;
 	struct ibv_mr *send_mr;

@@ -328,7 +328,7 @@ latency_table | awk -F'\t' '$1 ~ /--rearm-after-us / {
 read -r tick_median tick_p99 <<<"$(latency_table | awk -F'\t' '$1 == "rdma_pool_server" { print $2, $5 }')"
 delay_tics=$(awk -F'\t' '{ printf "%s\"%s\" %s", (NR > 1 ? ", " : ""), $2, $1 }' "$out/rearm.dat")
 # The idle axis up to the highest idle CPU, and at least 1%: the event-driven server's is often
-# 0 at every delay, which gnuplot's autoscale cannot draw (it warns of an empty range).
+# below 1%, and may be 0 at every delay, which gnuplot's autoscale cannot draw (an empty range).
 idle_top=$(awk -F'\t' '$5 > m { m = $5 } END { print (m > 1 ? m * 1.1 : 1) }' "$out/rearm.dat")
 # gnuplot's fonts want a cache directory; the VM's home is read-only.
 cache=$(mktemp -d)
