@@ -66,10 +66,10 @@ static void usage(FILE *out, bool rearm)
 		DEFAULT_REQUEST_MS, DEFAULT_KEEPALIVE_MS);
 	if (rearm)
 		fprintf(out,
-			"      --rearm-after-us N after a wake-up, look at the CQ unarmed:\n"
-			"                         at once while looks find completions,\n"
-			"                         else every ms; re-arm it once N us pass\n"
-			"                         with none; 0: at once (default %d)\n",
+			"      --rearm-after-us N after a wake-up, look at the CQ unarmed,\n"
+			"                         again at once while looks find some, else\n"
+			"                         every ms; re-arm it once N us pass with\n"
+			"                         none, 0: after the first look (default %d)\n",
 			DEFAULT_REARM_AFTER_US);
 	fprintf(out, "  -h, --help             show this text\n");
 }
