@@ -193,7 +193,7 @@ static int serve(struct server *srv)
 #define LOOK_MS 1   /* how often to look at a CQ left unarmed */
 #define REAP_MS 100 /* how often to look at closing connections */
 
-/* How long poll() may sleep, in ms: 0 while a CQ has more; at most LOOK_MS
+/* How long poll() may sleep, in ms: 0 while a CQ may have more; at most LOOK_MS
  * while one is unarmed, REAP_MS while QPs close; else till due (-1: none). */
 static int poll_timeout(struct server *srv, double due)
 {
