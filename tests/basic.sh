@@ -143,7 +143,7 @@ test_bench_smoke() {
 		why="no row for K=16 against ib_write_bw -l 16 -Q 16 (its rate, the client's at W=1 and W=4, the ratio of the medians and round by round), in results.md"
 	elif missing=$(latency_row_missing "$dir/results.md") && [ -n "$missing" ]; then
 		why="no round-trip row for $missing, with a positive median and p99 and an idle CPU, in results.md: $(grep -E '^\| (ib_write_lat|rdma_pool_client -k 1)' "$dir/results.md" | tr '\n' ' ' || true)"
-	elif ! grep -Eq '^Targets, rdma_srq_pool_server_ev .* median [0-9.]+ x .* p99 [0-9.]+ against [0-9.]+ .* idle [0-9.]+% ' "$dir/results.md"; then
+	elif ! grep -Eq '^Targets, rdma_srq_pool_server_ev .* median [0-9.]+ x .* p99 [0-9.]+ x .* interval (-|[0-9.]+-[0-9.]+);.* idle [0-9.]+% ' "$dir/results.md"; then
 		why="no line that holds the default re-arm delay to its targets, in results.md"
 	elif idle=$(sed -n 's/^Targets, .* idle \([0-9.]*\)% .*/\1/p' "$dir/results.md") &&
 		! awk -v i="$idle" 'BEGIN { exit !(i < 10) }'; then
