@@ -250,19 +250,20 @@ EOF
 		"(in brackets, the lowest and highest median). Idle: the server's CPU" \
 		"time (from /proc/PID/schedstat) in the seconds after the client left."
 	ev="rdma_srq_pool_server_ev --rearm-after-us $rearm_default"
-	# The p99 as the headline's rates: each client's over the one that ran
-	# in its place (round and turn) against the tick loop, the median of
-	# those ratios and its 95% interval; worse only if it lies above 1.
+	# The p99s as the headline's rates: each client's over the tick loop's
+	# client in its place (latency.tsv's round R.C: round R, the C-th of the
+	# server's clients), the median of those ratios and its 95% interval;
+	# worse only if that interval, as printed, lies above 1.
 	p99=$(awk -F'\t' -v ev="$ev" "$stats"'
 		$1 == ev { e[$2] = $4 } $1 == "rdma_pool_server" { t[$2] = $4 }
 		END {
 			for (c in e) if (c in t && t[c] > 0) v[++n] = e[c] / t[c]
 			if (!n) exit
 			sort_values(v, n); j = interval_rank(n)
+			lo = sprintf("%.2f", v[j]); hi = sprintf("%.2f", v[n + 1 - j])
 			printf "p99 %.2f x the tick loop'"'"'s, client by client (95%% interval %s;" \
 				" target no worse, that interval not all above 1: %s)", median_of(v, n),
-				j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-",
-				!j ? "too few clients" : (v[j] > 1 ? "NOT met" : "met")
+				j ? lo "-" hi : "-", !j ? "too few clients" : (lo + 0 > 1 ? "NOT met" : "met")
 		}' "$out/latency.tsv")
 	latency_table | awk -F'\t' -v ev="$ev" -v tick=rdma_pool_server -v p99="$p99" '
 		$1 == ev { em = $2; ei = $6 }

@@ -16,10 +16,11 @@ function median_of(v, n) {
 	return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
 
-# interval_rank(n): the j for which, of n values sorted, the j-th lowest to
-# the j-th highest hold their median with probability 1 - 2 P(X < j) of at
-# least 95%, X binomial (n, 1/2), assuming only that the values are alike
-# but for noise (n = 20: 6th to 15th, 95.9%); 0 if n is too few for any.
+# interval_rank(n): the highest j for which, of n values sorted, the j-th
+# lowest to the j-th highest hold the median of what they were drawn from
+# with probability 1 - 2 P(X < j) of at least 95%, X binomial (n, 1/2),
+# assuming only that the values are alike but for noise (n = 20: 6th to
+# 15th, 95.9%); 0 if n is too few for any.
 function interval_rank(n,   p, cdf, i, j) {
 	p = 0.5 ^ n; cdf = p; j = 0
 	for (i = 0; 2 * cdf <= 0.05 && i < n; i++) {

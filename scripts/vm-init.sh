@@ -61,7 +61,7 @@ mkdir -p "$H" /dev/shm
 # kernel's Documentation/filesystems/9p.rst): the guest needs none of the host's changes while it
 # runs; what it writes goes to the tmpfs mounts and the repository, uncached.  Without the cache
 # each exec read its program and libraries over 9p again: under TCG on 6.1 a check of a client's
-# session (tests/lib.sh's check_session) took 2.9 s, now 1.5.
+# session (tests/lib.sh's check_session) took 2.9 s, now 1.55.
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose hostroot "$H" ||
 	fail "cannot mount the host's root file system"
 for d in proc sys dev; do mount --bind "/$d" "$H/$d" || fail "cannot bind /$d"; done

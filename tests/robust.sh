@@ -284,8 +284,9 @@ test_client_killed() {
 
 # 100 connect / allocate / write / disconnect cycles: all succeed, no slice is lent again before
 # the QP that held it is destroyed (each cycle comes while the last one's QP is still closing: see
-# slice_back), and the pool and the connection count are back to zero afterwards.  100: more than
-# the places of one address (32) or of the server (64), and five receives each from its SRQ (128).
+# slice_back), and the pool, the connection count and the SRQ are whole afterwards.  100: more
+# than the places of one address (32) or of the server (64); each cycle takes five receives (a
+# request, four doorbells) from the SRQ, 128 deep: each posted again nearly four times.
 test_cycles() {
 	local port=$2 t=$1/cycles_100 i bad=0 start
 	start=$(wc -l <"$work/server.out")
