@@ -95,7 +95,7 @@ latency_row_missing() {
 # It starts while the test holds bench's lock, as another bench would: it must say that it waits,
 # and go on once the lock is let go.  Its first perftest server ends at once, as a peer's hiccup
 # would: the pair is started again.  OUTDIR holds an older run's file: the run replaces it whole.
-# The timeout only stops a hang (the run took 255 s in the VM on 6.1 under TCG).
+# The timeout only stops a hang (the test took 160 to 260 s in the VM under TCG).
 test_bench_smoke() {
 	local t=bench_smoke dir=$work/bench status=0 why='' missing idle pid holder lock png
 	local waits='^bench: .* another bench runs on this machine: waiting'
