@@ -78,10 +78,9 @@ ratios() {
 				printf fmt, m, v[1], v[n]
 				exit
 			}
-			j = interval_rank(n)
-			ci = j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-"
-			split(ci, b, "-") # the interval as printed, against 1
-			so = !j ? "too few rounds" : b[1] > 1 ? "ahead" : b[2] < 1 ? "behind" : "level"
+			ci = interval_of(v, n)
+			split(ci, b, "-")
+			so = ci == "-" ? "too few rounds" : b[1] > 1 ? "ahead" : b[2] < 1 ? "behind" : "level"
 			printf "%.2f\t%s\t%.2f-%.2f\t%s\n", m, ci, v[1], v[n], so
 		}' "$1"
 }
@@ -259,11 +258,10 @@ EOF
 		END {
 			for (c in e) if (c in t && t[c] > 0) v[++n] = e[c] / t[c]
 			if (!n) exit
-			sort_values(v, n); j = interval_rank(n)
-			lo = sprintf("%.2f", v[j]); hi = sprintf("%.2f", v[n + 1 - j])
+			sort_values(v, n); ci = interval_of(v, n); split(ci, b, "-")
 			printf "p99 %.2f x the tick loop'"'"'s, client by client (95%% interval %s;" \
-				" target no worse, that interval not all above 1: %s)", median_of(v, n),
-				j ? lo "-" hi : "-", !j ? "too few clients" : (lo + 0 > 1 ? "NOT met" : "met")
+				" target no worse, that interval not all above 1: %s)", median_of(v, n), ci,
+				ci == "-" ? "too few clients" : (b[1] > 1 ? "NOT met" : "met")
 		}' "$out/latency.tsv")
 	latency_table | awk -F'\t' -v ev="$ev" -v tick=rdma_pool_server -v p99="$p99" '
 		$1 == ev { em = $2; ei = $6 }

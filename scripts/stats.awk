@@ -29,3 +29,10 @@ function interval_rank(n,   p, cdf, i, j) {
 	}
 	return j
 }
+
+# interval_of(v, n): the 95% interval of v[1..n], sorted, as printed
+# ("lo-hi", two decimals; "-" if n is too few): compared as printed.
+function interval_of(v, n,   j) {
+	j = interval_rank(n)
+	return j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-"
+}
