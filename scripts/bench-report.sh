@@ -248,13 +248,13 @@ EOF
 	para "Each server: $lat. Median and p99: the medians over all its clients'" \
 		"(in brackets, the lowest and highest median). Idle: the server's CPU" \
 		"time (from /proc/PID/schedstat) in the seconds after the client left."
-	ev="rdma_srq_pool_server_ev --rearm-after-us $rearm_default"
+	ev="rdma_srq_pool_server_ev --rearm-after-us $rearm_default" tick=rdma_pool_server
 	# The p99s as the headline's rates: each client's over the tick loop's
 	# client in its place (latency.tsv's round R.C: round R, the C-th of the
 	# server's clients), the median of those ratios and its 95% interval;
 	# worse only if that interval, as printed, lies above 1.
-	p99=$(awk -F'\t' -v ev="$ev" "$stats"'
-		$1 == ev { e[$2] = $4 } $1 == "rdma_pool_server" { t[$2] = $4 }
+	p99=$(awk -F'\t' -v ev="$ev" -v tick="$tick" "$stats"'
+		$1 == ev { e[$2] = $4 } $1 == tick { t[$2] = $4 }
 		END {
 			for (c in e) if (c in t && t[c] > 0) v[++n] = e[c] / t[c]
 			if (!n) exit
@@ -263,7 +263,7 @@ EOF
 				" target no worse, that interval not all above 1: %s)", median_of(v, n), ci,
 				ci == "-" ? "too few clients" : (b[1] > 1 ? "NOT met" : "met")
 		}' "$out/latency.tsv")
-	latency_table | awk -F'\t' -v ev="$ev" -v tick=rdma_pool_server -v p99="$p99" '
+	latency_table | awk -F'\t' -v ev="$ev" -v tick="$tick" -v p99="$p99" '
 		$1 == ev { em = $2; ei = $6 }
 		$1 == tick { tm = $2 }
 		END {
