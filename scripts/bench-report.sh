@@ -6,6 +6,7 @@ set -euo pipefail
 
 out=$1 checked=$2 mode=$3
 headline=$out/headline.tsv rates=$out/rates.tsv scale=$out/scale.tsv
+head_k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline") # the headline's K
 stats=$(cat "$(dirname "$0")/stats.awk")
 
 # median FILE WHAT K WINDOW [range]: the median writes/s of those rows of FILE
@@ -15,9 +16,8 @@ median() {
 		NR > 1 && $1 == what && $2 == k && $3 == w { v[++n] = $5 }
 		END {
 			if (!n) exit 1
-			sort_values(v, n)
 			m = int(median_of(v, n))
-			if (range && n > 1) printf "%s (%s-%s)\n", m, v[1], v[n]; else print m
+			print range ? with_range("%s", m, v, n) : m
 		}' "$1"
 }
 
@@ -68,18 +68,14 @@ ratios() {
 		NR > 1 && $1 == what && $2 == k && $3 == w { c[$4] = $5 }
 		NR > 1 && $1 == "ib_write_bw -l -Q" && $2 == k { pt[$4] = $5 }
 		END {
-			for (r in pt)
-				if (pt[r] > 0 && r in c) v[++n] = c[r] / pt[r]
+			n = paired_ratios(c, pt, v)
 			if (!n) exit 1
-			sort_values(v, n)
 			m = median_of(v, n)
 			if (w == "best") {
-				fmt = n > 1 ? "%.2f (%.2f-%.2f)\n" : "%.2f\n"
-				printf fmt, m, v[1], v[n]
+				print with_range("%.2f", m, v, n)
 				exit
 			}
-			ci = interval_of(v, n)
-			split(ci, b, "-")
+			ci = interval_of(v, n, b)
 			so = ci == "-" ? "too few rounds" : b[1] > 1 ? "ahead" : b[2] < 1 ? "behind" : "level"
 			printf "%.2f\t%s\t%.2f-%.2f\t%s\n", m, ci, v[1], v[n], so
 		}' "$1"
@@ -92,16 +88,14 @@ cpu_median() {
 		NR > 1 && $1 == what && $3 == w && $col != "-" { v[++n] = $col }
 		END {
 			if (!n) { print "-"; exit }
-			sort_values(v, n)
 			printf "%.0f%%\n", median_of(v, n)
 		}' "$headline"
 }
 
 # headline_section: the client at its K against ib_write_bw at its best.
 headline_section() {
-	local k n pt w row tag
+	local k=$head_k n pt w row tag
 	local -A server=([ev]=rdma_srq_pool_server_ev [tick]=rdma_pool_server)
-	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
 	n=$(awk -F'\t' 'NR > 1 { r[$4] = 1 } END { print length(r) }' "$headline")
 	pt=$(median "$headline" "ib_write_bw -l -Q" "$k" - range)
 	heading "The headline: K=$k against ib_write_bw -s 4 -l $k -Q $k, $n rounds"
@@ -131,12 +125,10 @@ headline_section() {
 # breakdown_section: where a write's CPU goes (breakdown.tsv), per write,
 # and per doorbell: every K writes (perftest's: a completion every K).
 breakdown_section() {
-	local k
-	k=$(awk -F'\t' 'NR == 2 { print $2 }' "$headline")
-	heading "Where a write's CPU goes, K=$k, one run each"
+	heading "Where a write's CPU goes, K=$head_k, one run each"
 	echo "| writer | against | W | writes/s | user µs/write | system µs/write | read+write calls/write | writer's sleeps/doorbell | server CPU µs/doorbell | server's sleeps/doorbell | all CPUs µs/write | above the floor µs/write |"
 	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk -F'\t' -v k="$k" -v hz="$(getconf CLK_TCK)" 'NR > 1 { us = 1e6 / hz / $4; d = $4 / k }
+	awk -F'\t' -v k="$head_k" -v hz="$(getconf CLK_TCK)" 'NR > 1 { us = 1e6 / hz / $4; d = $4 / k }
 		$1 ~ /^ib_write_bw/ { floor = ($13 - $6 - $10) * us; $1 = "ib_write_bw -s 4 -R -l " k " -Q " k; $2 = "its own server" }
 		$1 == "client" { $1 = "rdma_pool_client -k " k }
 		NR > 1 { printf "| %s | %s | %s | %d | %.2f | %.2f | %.3f | %.2f | %.1f | %.2f | %.2f | %.2f |\n",
@@ -256,9 +248,9 @@ EOF
 	p99=$(awk -F'\t' -v ev="$ev" -v tick="$tick" "$stats"'
 		$1 == ev { e[$2] = $4 } $1 == tick { t[$2] = $4 }
 		END {
-			for (c in e) if (c in t && t[c] > 0) v[++n] = e[c] / t[c]
+			n = paired_ratios(e, t, v)
 			if (!n) exit
-			sort_values(v, n); ci = interval_of(v, n); split(ci, b, "-")
+			ci = interval_of(v, n, b)
 			printf "p99 %.2f x the tick loop'"'"'s, client by client (95%% interval %s;" \
 				" target no worse, that interval not all above 1: %s)", median_of(v, n), ci,
 				ci == "-" ? "too few clients" : (b[1] > 1 ? "NOT met" : "met")

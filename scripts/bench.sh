@@ -619,12 +619,11 @@ scale_row() {
 	c1=$(server_cpu_ns)
 	r1=$(rnr_naks)
 	clients_end "$from" "${names[@]}"
-	awk -v s="$name" -v n="$n" -v w="$((n * scale_writes))" -v d="$rung" \
-		-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" \
-		-v r0="$r0" -v r1="$r1" -v slowest="$slowest" \
-		'BEGIN { printf "%s\t%d\t%d\t%d\t%.3f\t%.4f\t%.3f\t%s\n",
-			 s, n, w, d, t1 - t0, (c1 - c0) / 1e9, slowest,
-			 (r0 == "-" ? "-" : r1 - r0) }' >>"$out/scale.tsv"
+	row scale "$name" "$n" "$((n * scale_writes))" "$rung" "$(awk \
+		-v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v r0="$r0" \
+		-v r1="$r1" -v slowest="$slowest" 'BEGIN {
+			printf "%.3f\t%.4f\t%.3f\t%s", t1 - t0, (c1 - c0) / 1e9,
+				slowest, (r0 == "-" ? "-" : r1 - r0) }')"
 }
 
 printf '%s=%q\n' writes "$writes" \

@@ -11,8 +11,9 @@ function sort_values(v, n,   i, j, t) {
 		}
 }
 
-# median_of(v, n): the median of v[1..n], which sort_values has sorted.
+# median_of(v, n): the median of v[1..n], which it sorts (sort_values).
 function median_of(v, n) {
+	sort_values(v, n)
 	return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
 
@@ -30,9 +31,30 @@ function interval_rank(n,   p, cdf, i, j) {
 	return j
 }
 
-# interval_of(v, n): the 95% interval of v[1..n], sorted, as printed
-# ("lo-hi", two decimals; "-" if n is too few): compared as printed.
-function interval_of(v, n,   j) {
+# interval_of(v, n, b): the 95% interval of v[1..n], sorted already, as
+# printed ("lo-hi", two decimals; "-" if n is too few), and its ends as
+# printed, as numbers, in b[1] and b[2] (left as they were if "-").
+function interval_of(v, n, b,   j, lo, hi) {
 	j = interval_rank(n)
-	return j ? sprintf("%.2f-%.2f", v[j], v[n + 1 - j]) : "-"
+	if (!j) return "-"
+	lo = sprintf("%.2f", v[j]); hi = sprintf("%.2f", v[n + 1 - j])
+	b[1] = lo + 0; b[2] = hi + 0
+	return lo "-" hi
+}
+
+# paired_ratios(num, den, v): into v[1..n], sorted (sort_values), the ratio
+# num[key] / den[key] of each key in both with den[key] > 0; returns n.
+function paired_ratios(num, den, v,   key, n) {
+	for (key in den)
+		if (den[key] > 0 && key in num) v[++n] = num[key] / den[key]
+	sort_values(v, n)
+	return n
+}
+
+# with_range(fmt, m, v, n): m and, if n > 1, the lowest and highest of
+# v[1..n], sorted already, in brackets after it: "m (lo-hi)", each printed
+# with fmt.
+function with_range(fmt, m, v, n) {
+	if (n < 2) return sprintf(fmt, m)
+	return sprintf(fmt " (" fmt "-" fmt ")", m, v[1], v[n])
 }

@@ -18,7 +18,6 @@
 #   VM_KERNEL    the kernel version to boot; VM_ACCEL kvm or tcg
 set -euo pipefail
 
-vm_prog=vm-run
 . "$(dirname "${BASH_SOURCE[0]}")/vm-lib.sh"
 
 # Set in main, and read by the EXIT trap after main has returned.

@@ -229,7 +229,6 @@ test_eight_clients() {
 	pass_unless "$t" "$why"
 }
 
-# test_deny NAME PORT SIZE STATUS
 test_deny() {
 	local t=$1 port=$2 size=$3 status=$4 deny why=''
 	if run_client deny "$port" "$RDMA_ADDR" "$size"; then
@@ -251,4 +250,3 @@ test_deny() {
 # SIGINT: the server closes every connection, destroys every QP, and its
 # last line says that everything came back (expect_shutdown).
 test_sigint() { local status=0; stop_server || status=$?; expect_shutdown "$1/sigint_exits_0" "$status"; }
-

@@ -219,4 +219,3 @@ stats_whole() {
 	{ [[ ! $1 =~ $re ]] || [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; } &&
 		! grep -qs ' let go with ' "$work/server.err"
 }
-
