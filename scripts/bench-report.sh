@@ -26,11 +26,11 @@ median() {
 # median (with the lowest and highest) and p99 round trip, and of idle CPU.
 latency_table() {
 	awk -F'\t' "$stats"'
-		function med(list,   n, v) {
+		function med(list,   n, v, mid) {
 			n = split(list, v, " ")
-			sort_values(v, n)
+			mid = median_of(v, n) # sorts v
 			lo = v[1]; hi = v[n]
-			return median_of(v, n)
+			return mid
 		}
 		NR > 1 {
 			if (!($1 in m)) order[k++] = $1
