@@ -274,8 +274,7 @@ doorbells_check() {
 		$1 == "disconnect" { open[$2] = 0 }
 		$1 == "doorbell" {
 			split($3, s, "="); split($4, v, "=")
-			if (!open[$2] || $5 != "ok" || s[2] != v[2] ||
-			    s[2] + 0 <= last[$2])
+			if (!open[$2] || $5 != "ok" || s[2] != v[2] || s[2] + 0 <= last[$2])
 				bad++
 			last[$2] = s[2] + 0
 			n++

@@ -169,8 +169,7 @@ build_initramfs() {
 		echo "$name" || die "cannot write $stage/modules"
 	done >"$stage/modules" || die "cannot write $stage/modules"
 
-	(set -o pipefail && cd "$stage" &&
-		find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
+	(set -o pipefail && cd "$stage" && find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
 		>"$tmp/image.cpio.gz" || die "cannot pack the initramfs for $ver"
 	rm -f "$vmdir"/initramfs-"$ver"-*.cpio.gz
 	mv "$tmp/image.cpio.gz" "$image" || die "cannot move the initramfs to $image"
@@ -239,8 +238,7 @@ vm_prepare() {
 	done
 	# What a VM needs and this machine lacks: installed now as root, else
 	# named.  A kernel, if need be, once the others are there.
-	"$repo/scripts/deps.sh" vm ||
-		die "cannot boot a VM without what deps.sh named above"
+	"$repo/scripts/deps.sh" vm || die "cannot boot a VM without what deps.sh named above"
 	check_prereqs
 	mkdir -p "$vmdir"
 	vm_initramfs=$(build_initramfs "$vm_ver" "$vm_root")

@@ -66,8 +66,7 @@ run_vm() {
 cable_plan() {
 	local kinds kind n=0 port ports=' ' auto=socket
 	read -ra kinds <<<"${VM_CABLE:-auto}"
-	grep -qx stream <<<"$(qemu-system-x86_64 -netdev help 2>/dev/null)" &&
-		auto=stream
+	grep -qx stream <<<"$(qemu-system-x86_64 -netdev help 2>/dev/null)" && auto=stream
 	server_nets=() client_nets=() cables_up=true
 	for kind in "${kinds[@]}"; do
 		[ "$kind" != auto ] || kind=$auto

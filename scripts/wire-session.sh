@@ -90,8 +90,7 @@ connect() {
 		status=0
 		timeout "$CLIENT_TIMEOUT" "$top/rdma_pool_client" --port "$port" \
 			"$addr" "$size" -n "$writes" -k "$every" \
-			</dev/null >"$dir/$name/client.out" 2>"$dir/$name/client.err" ||
-			status=$?
+			</dev/null >"$dir/$name/client.out" 2>"$dir/$name/client.err" || status=$?
 		echo "$status" >"$dir/$name/client.status"
 		say "exit status $status"
 		# The next session starts once this one's disconnect is over on

@@ -91,8 +91,7 @@ tie() {
 # DIR/session.svg and .png, or a line that says why there is no picture.
 chart() {
 	awk -v "cout=$1/session/client.out" -v "sout=$1/session/server.out" \
-		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" \
-		>"$1/session.msc"
+		-f "$top/scripts/wire-lib.awk" -f "$top/scripts/wire-chart.awk" >"$1/session.msc"
 	if ! command -v mscgen >/dev/null; then
 		echo "No picture: no mscgen (scripts/deps.sh wire installs it where the system packages it); its input is wire-results/session.msc."
 	elif mscgen -T svg -o "$1/session.svg" "$1/session.msc" &&
@@ -107,8 +106,7 @@ chart() {
 # handler, on SIGTERM (a command in the background has SIGINT ignored), and
 # this run's folder removed: nothing half-written is published.
 on_signal() {
-	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 ||
-		exec 2>/dev/null
+	echo "wire: SIG$1: stopping the VMs; nothing is published" >&2 || exec 2>/dev/null
 	[ -z "$pair" ] || { kill -s TERM "$pair" 2>/dev/null; wait "$pair"; } || true
 	rm -rf "$out"
 }

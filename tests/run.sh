@@ -36,8 +36,7 @@ setsid perl -MTAP::Harness -MList::Util=max -e '
 	}
 	print "$skipped skipped (each says why: # SKIP above)\n" if $skipped;
 	print "$passed passed, $failed failed\n";
-	exit($failed > 0);' \
-	tests/unit_common tests/unit_client tests/twins.sh tests/fuzz.sh \
+	exit($failed > 0);' tests/unit_common tests/unit_client tests/twins.sh tests/fuzz.sh \
 	tests/systems.sh tests/host-mode.sh tests/vm-interrupt.sh tests/wire.sh &
 harness=$!
 wait "$harness"
