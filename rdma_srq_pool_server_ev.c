@@ -200,7 +200,7 @@ static int poll_timeout(struct server *srv, double due)
 	double ms = (due - now_seconds()) * 1e3;
 
 	for (unsigned int i = 0; i < srv->ndevices; i++)
-		if (srv->devices[i].cq_more)
+		if (srv->devices[i].cq_more || srv->devices[i].look_again)
 			return 0;
 	for (unsigned int i = 0; i < srv->ndevices; i++)
 		if (srv->devices[i].unarmed && ms > LOOK_MS)
@@ -576,7 +576,7 @@ static int async_handle(struct server *srv, struct device *dev)
  * (ibv_destroy_cq() waits for the acks), drain, re-arm, drain again: the
  * re-arm missed those.  Not re-armed till --rearm-after-us pass with no
  * completion: till then serve() looks every LOOK_MS, or at once after a look
- * that found some (dev->cq_more), and a stream of doorbells wakes nobody. */
+ * that found some (dev->look_again), and a stream of doorbells wakes nobody. */
 static int cq_event(struct server *srv, struct device *dev, bool woken)
 {
 	struct ibv_cq *cq;
@@ -596,7 +596,7 @@ static int cq_event(struct server *srv, struct device *dev, bool woken)
 		dev->last_completion = now;
 	quiet_us = (now - dev->last_completion) * 1e6;
 	dev->unarmed = dev->cq_more || quiet_us < srv->opt.rearm_after_us;
-	dev->cq_more = dev->unarmed && n > 0; /* as the tick loop goes on */
+	dev->look_again = dev->unarmed && n > 0; /* as the tick loop goes on */
 	if (dev->unarmed)
 		return 0;
 	/* A system call on rxe, an MMIO write on mlx5: not per completion. */

@@ -92,7 +92,7 @@ struct device {
 	struct ibv_mr *pool_mr, *recv_mr;
 	struct ibv_srq *srq;
 	struct ibv_cq *cq;
-	bool cq_more;	 /* cq_drain() hit its bound (or see cq_event()) */
+	bool cq_more;	 /* cq_drain() hit its bound */
 	uint64_t polled; /* completions cq_drain() has taken */
 	uint32_t recvs_posted; /* receives on the SRQ now */
 	uint64_t doorbells;
@@ -101,7 +101,7 @@ struct device {
 	/* The event-driven server's own: its completion channel, deferred
 	 * re-arming (cq_event()), and its reply buffers (replies_open()). */
 	struct ibv_comp_channel *comp;
-	bool unarmed;		/* looked at, not waited on: cq_event() */
+	bool unarmed, look_again; /* not waited on; unarmed, found some */
 	double last_completion; /* while unarmed */
 	uint8_t *send_bufs;
 	struct ibv_mr *send_mr;

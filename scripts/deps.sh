@@ -14,7 +14,7 @@
 #   fuzz       libFuzzer (make test, make fuzz)
 #   wire       tshark, and mscgen where the system has it (make wire, make test)
 #   bench      gnuplot (make bench, make test)
-#   test       setpriv, prlimit, unshare, prove; dnf on Debian and Ubuntu (make test)
+#   test       setpriv, prlimit, unshare, prove, strace; dnf on Debian and Ubuntu (make test)
 #
 # As root it installs what is missing (apt-get or dnf; it never adds package sources, and never a
 # kernel unless asked for vm-kernel); as anyone else it prints the one command to paste, with sudo,

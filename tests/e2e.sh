@@ -84,6 +84,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_stderr_stalled "$server"
 	test_device_removed "$server"
 done
+test_looks_again
 test_client_args
 test_client_rejection_escaped
 test_bench_args

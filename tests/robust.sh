@@ -208,8 +208,7 @@ test_bad_messages() {
 	local port=$2 t=$1/bad_messages m=0x52444d41 status=0 bystander
 	run_client bystander "$port" "$RDMA_ADDR" 65536 -n 16000 -k 16 &
 	bystander=$!
-	peer_steps bad "$port" \
-		send:16:$m:1:1:4096 send:31:$m:1:1:4096 send:33:$m:1:1:4096 \
+	peer_steps bad "$port" send:16:$m:1:1:4096 send:31:$m:1:1:4096 send:33:$m:1:1:4096 \
 		send:32:0x41444d52:1:1:4096 send:32:$m:2:1:4096 \
 		send:32:$m:1:0:4096 send:32:$m:1:2:4096 send:32:$m:1:9:4096 \
 		req:0 req:4096 req:4096 req:1 || true
@@ -483,6 +482,22 @@ test_rnr_counters() {
 	else
 		pass "$1 ($deltas )"
 	fi
+}
+
+# After a look that found completions the event-driven server polls with a timeout of 0
+# (look_again), also while a connection closes, 2 s on 6.1 (no LAST_WQE_REACHED): here a
+# client of -n 1's, while the next client streams (on 6.12 it is gone first). strace counts polls.
+test_looks_again() {
+	local t=rdma_srq_pool_server_ev/looks_again_while_one_closes tracer n='not counted'; rm -f "$work"/server.*
+	strace -qq -f --seccomp-bpf -e trace=poll -e signal=none -o "$work/polls" "$top/rdma_srq_pool_server_ev" \
+		--port 0 >"$work/server.out" 2>"$work/server.err" & tracer=$!
+	server_port=$(listen_port "$work/server.out" "$tracer") && server_pid=$(pgrep -P "$tracer") &&
+		run_client closing "$server_port" "$RDMA_ADDR" 4096 -n 1 &&
+		run_client streaming "$server_port" "$RDMA_ADDR" 4096 -n 1000 -k 1 -w 1 &&
+		n=$(grep -cE '\], ([2-9]|[0-9]{2,}), 0\) = ' "$work/polls" || :) # serve()'s, not say()'s
+	{ kill -INT "$server_pid"; server_pid=; await_exit "$tracer" 20; } 2>/dev/null || n="$n (exit status $?)"
+	[[ $n =~ ^[0-9]+$ ]] && ((n >= 10)) && pass "$t" ||
+		fail "$t" "polls with a timeout of 0 in the run: $n (want 10 or more): $(tail -c 300 "$work"/{streaming,server}.err)"
 }
 
 # Peers that leave their replies stuck: each asks the server's NIC to retry "receiver not ready"

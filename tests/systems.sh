@@ -63,7 +63,7 @@ test_deps() {
 	expect_deps debian-12 "build run" "deps: $d12, build run: $APT $DEBIAN_BUILD_RUN"
 	expect_deps debian-12 "rxe" "deps: $d12 has no package for the rdma_rxe module for the running kernel (rxe)" 1
 	expect_deps debian-12 "vm vm-kernel" "deps: $d12, vm vm-kernel: $APT qemu-system-x86 busybox-static cpio xz-utils zstd linux-image-amd64"
-	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark mscgen gnuplot-nox util-linux perl dnf"
+	expect_deps debian-12 "fuzz wire bench test" "deps: $d12, fuzz wire bench test: $APT clang libclang-rt-dev tshark mscgen gnuplot-nox util-linux perl strace dnf"
 	expect_deps debian-13 "build run" "deps: $d13, build run: $APT $DEBIAN_BUILD_RUN"
 	expect_deps debian-13 "fuzz" "deps: $d13, fuzz: $APT clang libclang-rt-dev"
 
@@ -348,8 +348,7 @@ test_vm_stopped_while_packing() {
 test_static_probe() {
 	local t=static_busybox_probe why='' f
 	echo 'int main(void) { return 0; }' >"$work/hello.c"
-	{ cc -o "$work/dynamic" "$work/hello.c" &&
-		cc -static -o "$work/static" "$work/hello.c" &&
+	{ cc -o "$work/dynamic" "$work/hello.c" && cc -static -o "$work/static" "$work/hello.c" &&
 		cc -static-pie -o "$work/static-pie" "$work/hello.c"; } ||
 		{ fail "$t" "cannot build the three test programs with cc"; return; }
 	for f in static static-pie; do static_elf "$work/$f" || why+="$f taken for dynamic; "; done
