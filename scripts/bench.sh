@@ -180,8 +180,7 @@ server_start() {
 	: >"$work/server.out"
 	"$top/${argv[0]}" --port 0 "${argv[@]:1}" "${@:2}" >"$work/server.out" 2>"$work/server.err" &
 	server_pid=$!
-	port=$(listen_port "$work/server.out" "$server_pid") ||
-		die "$* did not listen: $(cat "$work/server.err")"
+	port=$(listen_port "$work/server.out" "$server_pid") || die "$* did not listen: $(cat "$work/server.err")"
 }
 
 server_stop() {
@@ -562,8 +561,7 @@ measure_cpu() {
 		b=$(server_cpu)
 		from=$(($(server_lines) + 1))
 		start=$EPOCHREALTIME
-		clients_at_once load "$load_clients" -n "$load_writes" -k "$load_k" ||
-			die "a load client failed"
+		clients_at_once load "$load_clients" -n "$load_writes" -k "$load_k" || die "a load client failed"
 		end=$EPOCHREALTIME
 		c=$(server_cpu)
 		clients_end "$from" "${names[@]}"

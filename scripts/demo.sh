@@ -76,8 +76,7 @@ kernel_view() {
 			}
 			END { if (!rows) printf "  %-6s (none of theirs)\n", what }' <<<"$listed"
 	done
-	[ "$(id -u)" = 0 ] ||
-		echo "  (as $(id -un) the kernel shows no keys: it shows them to CAP_NET_ADMIN only)"
+	[ "$(id -u)" = 0 ] || echo "  (as $(id -un) the kernel shows no keys: it shows them to CAP_NET_ADMIN only)"
 	[ "${DEMO_STEP:-}" != 1 ] || read -r -p "  [Enter] " _ || true
 }
 

@@ -143,8 +143,7 @@ check_link() {
 			port=${words[1]#*/} state='' netdev='' rest=" ${words[*]:2} "
 			[[ $rest =~ \ state\ ([^ ]+) ]] && state=${BASH_REMATCH[1]}
 			[[ $rest =~ \ netdev\ ([^ ]+) ]] && netdev=${BASH_REMATCH[1]}
-			if [ "$state" = ACTIVE ] &&
-				{ [ -z "$link_dev" ] || [ "$link_netdev" = lo ]; }; then
+			if [ "$state" = ACTIVE ] && { [ -z "$link_dev" ] || [ "$link_netdev" = lo ]; }; then
 				link_dev=$dev link_port=$port link_netdev=$netdev
 			elif [ -z "$first" ] && [ "$state" != ACTIVE ]; then
 				first="$dev/$port state $state${netdev:+ (netdev $netdev)}" down=$netdev

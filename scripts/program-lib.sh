@@ -21,8 +21,7 @@ await_line() {
 # the server's "listen port=N" line in FILE and prints N.  With --port 0 the
 # CM picks N from the kernel's local port range: two runs at once never meet.
 listen_port() {
-	await_line "$1" '^listen port=[0-9]+ ' 20 "${2:-}" &&
-		sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1"
+	await_line "$1" '^listen port=[0-9]+ ' 20 "${2:-}" && sed -n 's/^listen port=\([0-9]*\) .*/\1/p' "$1"
 }
 
 # await_exit PID SECONDS: the exit status of process PID (a child of this shell, for wait to give

@@ -29,8 +29,7 @@ active_ports() {
 }
 
 ipv4_addrs() {
-	ip -4 -o addr show dev "$1" 2>/dev/null |
-		awk '{ sub("/.*", "", $4); if ($4 !~ /^127\./) print $4 }'
+	ip -4 -o addr show dev "$1" 2>/dev/null | awk '{ sub("/.*", "", $4); if ($4 !~ /^127\./) print $4 }'
 }
 
 # "rdma link add ... type rxe" loads rdma_rxe by itself, so a module on

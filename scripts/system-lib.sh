@@ -126,8 +126,7 @@ lock_dir() {
 # write into their own folder; FINAL holds the last to finish.
 run_dir() {
 	local dir
-	mkdir -p "$(dirname "$1")" && dir=$(mktemp -d "$1.run.XXXXXX") &&
-		chmod 755 "$dir" && echo "$dir"
+	mkdir -p "$(dirname "$1")" && dir=$(mktemp -d "$1.run.XXXXXX") && chmod 755 "$dir" && echo "$dir"
 }
 
 publish_dir() {

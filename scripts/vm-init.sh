@@ -31,8 +31,7 @@ rxe_on_cables() {
 	on_host modprobe -a rdma_rxe rdma_ucm virtio_net
 	for mac in $(echo "$vm_nic_macs" | tr , ' '); do
 		addr=$(echo "$vm_nic_addrs" | cut -d, -f"$i")
-		nic=$(grep -lxF "$mac" /sys/class/net/*/address) ||
-			fail "no network interface has the MAC $mac"
+		nic=$(grep -lxF "$mac" /sys/class/net/*/address) || fail "no network interface has the MAC $mac"
 		nic=${nic%/address}; nic=${nic##*/}
 		# IPv6 with no router solicitation and no duplicate address detection: on the
 		# cable, besides what a session asks for, only multicast listener reports, which
@@ -77,8 +76,7 @@ if [ -n "${vm_modules:-}" ] && ! { mount -t tmpfs tmpfs "$H/lib/modules" &&
 fi
 # Last, so that the tmpfs mounts cannot hide it.
 mkdir -p "$H$vm_repo"
-mount -t 9p -o trans=virtio,version=9p2000.L repo "$H$vm_repo" ||
-	fail "cannot mount the repository on $vm_repo"
+mount -t 9p -o trans=virtio,version=9p2000.L repo "$H$vm_repo" || fail "cannot mount the repository on $vm_repo"
 
 # Adding an rxe link makes the kernel load crc32 helpers by itself, with the
 # program named in /proc/sys/kernel/modprobe. It would look for it in this

@@ -72,8 +72,7 @@ main() {
 	if [ ! -e "$dir/boot/vmlinuz-$ver" ]; then
 		say "fetching $pkg from $suite"
 		stage=$(mktemp -d "$KERNEL_CACHE/fetch.XXXXXX")
-		(cd "$stage" && apt-get -qq "${opts[@]}" download "$pkg") ||
-			die "apt-get download $pkg failed"
+		(cd "$stage" && apt-get -qq "${opts[@]}" download "$pkg") || die "apt-get download $pkg failed"
 		dpkg -x "$stage"/*.deb "$stage/root" || die "cannot unpack $pkg"
 		depmod -b "$stage/root" "$ver" || die "cannot index the modules of $pkg (depmod)"
 		rm -rf "$dir"

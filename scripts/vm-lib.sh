@@ -36,8 +36,7 @@ die() { say "$@"; exit 1; }
 kernel_root() {
 	local root
 	for root in "$KERNEL_CACHE/$1/" /; do
-		[ -e "${root}boot/vmlinuz-$1" ] && [ -d "${root}lib/modules/$1" ] &&
-			echo "$root" && return 0
+		[ -e "${root}boot/vmlinuz-$1" ] && [ -d "${root}lib/modules/$1" ] && echo "$root" && return 0
 	done
 	return 1
 }
@@ -101,15 +100,13 @@ find_kernel() {
 kernel_for_vms() {
 	local none="no kernel in /boot can boot the Soft-RoCE VM" why="each one's reason is above"
 	[ -n "$(boot_kernels)" ] || why="/boot has none"
-	if command -v apt-get >/dev/null && command -v dpkg >/dev/null &&
-		[ -r "$DEBIAN_KEYRING" ]; then
+	if command -v apt-get >/dev/null && command -v dpkg >/dev/null && [ -r "$DEBIAN_KEYRING" ]; then
 		say "$none ($why): fetching Debian's into $KERNEL_CACHE, for the" \
 			"VMs alone (scripts/vm-kernel.sh; nothing is installed)"
 		VM_KERNEL=$("$repo/scripts/vm-kernel.sh") ||
 			die "cannot fetch a kernel for the VMs (scripts/vm-kernel.sh, above)"
 	else
-		"$repo/scripts/deps.sh" vm-kernel ||
-			die "$none ($why), and none could be installed (above)"
+		"$repo/scripts/deps.sh" vm-kernel || die "$none ($why), and none could be installed (above)"
 	fi
 	find_kernel || die "$none: each one's reason is above"
 }
@@ -141,8 +138,7 @@ check_prereqs() {
 build_initramfs() {
 	local ver=$1 root=$2 key image tmp stage files path name
 	files=$(initramfs_modules "$root" "$ver")
-	key=$(printf '%s\n' "$ver" "$root" "$files" "$(cat "$INIT")" |
-		sha256sum | cut -c1-12)
+	key=$(printf '%s\n' "$ver" "$root" "$files" "$(cat "$INIT")" | sha256sum | cut -c1-12)
 	image=$vmdir/initramfs-$ver-$key.cpio.gz
 	[ ! -e "$image" ] || { echo "$image"; return; }
 
@@ -254,8 +250,7 @@ write_job() {
 	# The VM has its own, empty /tmp and /run: a cwd there is not in it.
 	printf 'cd %q || exit 1\n' "$PWD"
 	for name in "${names[@]}"; do
-		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] ||
-			die "VM_PASS_ENV: '$name' is not a variable name"
+		[[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "VM_PASS_ENV: '$name' is not a variable name"
 		[ -z "${!name+set}" ] || printf 'export %s=%q\n' "$name" "${!name}"
 	done
 	printf 'exec%s\n' "$(printf ' %q' "$@")"

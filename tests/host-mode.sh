@@ -128,8 +128,7 @@ test_demo_kernel_view() {
 test_e2e() {
 	local before status=0 log=$work/e2e.log
 	before=$(machine_state)
-	SOFT_ROCE_DEVICES=2 "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh" 2>&1 |
-		tee "$log" || status=$?
+	SOFT_ROCE_DEVICES=2 "$top/scripts/soft-roce.sh" "$top/tests/e2e.sh" 2>&1 | tee "$log" || status=$?
 	[ "$status" = 0 ] || grep -q '^not ok ' "$log" || fail e2e/runs "exited $status before its tests reported"
 	check_run e2e "$log" "$before"
 }
@@ -158,8 +157,7 @@ while [ -n "${3:-}" ] && [ ! -e "$3" ]; do sleep 0.1; done
 echo $! >"$dir/server.pid"
 port=$(listen_port "$dir/server" "$!") || exit 1
 echo "$port" >"$dir/port"
-timeout 300 "$top/rdma_pool_client" "$RDMA_ADDR" 4096 --port "$port" \
-	--writes 2000000000 >"$dir/client" 2>&1
+timeout 300 "$top/rdma_pool_client" "$RDMA_ADDR" 4096 --port "$port" --writes 2000000000 >"$dir/client" 2>&1
 wait
 EOF
 chmod +x "$work/long-run.sh"

@@ -58,8 +58,7 @@ check_fails() {
 # or nothing if tshark fails (a capture cut short): the test fails by name,
 # not the stage by set -e.  (sed, not head: see session in tests/lib.sh.)
 first_packet() {
-	tshark -r "$pcap" -Y "$1" -T fields -e frame.number -e infiniband.bth.psn \
-		2>/dev/null | sed -n 1p || true
+	tshark -r "$pcap" -Y "$1" -T fields -e frame.number -e infiniband.bth.psn 2>/dev/null | sed -n 1p || true
 }
 
 # grant_of NAME KEY: KEY's value (addr or rkey) in the grant that session NAME's client printed.
