@@ -196,9 +196,7 @@ const char *conn_refusal(struct server *srv, struct rdma_cm_id *id)
 	if (b && b->n >= srv->opt.breaks_per_source &&
 	    now_seconds() - b->since < BREAK_WINDOW_S)
 		return "source-penalized";
-	if (all >= srv->opt.max_conns)
-		return "server-full";
-	return NULL;
+	return all >= srv->opt.max_conns ? "server-full" : NULL;
 }
 
 /* Room for a reply: 0 while fewer than SEND_DEPTH sends are in flight,

@@ -72,15 +72,17 @@ int probe_send(struct conn *conn, double now)
 
 /* A completion on a connection whose RTU the CM has not reported proves what
  * the RTU would: the client has our REP.  Lest the handshake deadline close a
- * client that works, rdma_notify(IBV_EVENT_COMM_EST) tells the CM so
+ * client that works, rdma_notify(IBV_EVENT_COMM_EST) tells the CM so, once
  * (ib_cm_notify() in the kernel's cm.c: REP_SENT becomes ESTABLISHED, and
  * librdmacm reports RDMA_CM_EVENT_ESTABLISHED as for an RTU); a device's
  * IBV_EVENT_COMM_EST is answered so too (rxe raises none).  EISCONN: the RTU
  * came first, its event is on its way; EINVAL: the connection is ending. */
 void handshake_finish(struct conn *conn)
 {
-	if (rdma_notify(conn->id, IBV_EVENT_COMM_EST) && errno != EISCONN &&
-	    errno != EINVAL)
+	if (!rdma_notify(conn->id, IBV_EVENT_COMM_EST) || errno == EISCONN ||
+	    errno == EINVAL)
+		conn->established = true; /* a second notify would fail */
+	else
 		report("rdma_notify(COMM_EST)", errno);
 }
 

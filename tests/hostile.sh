@@ -56,6 +56,22 @@ test_lost_rtu() {
 	server_end "$t"
 }
 
+# A peer whose RTU is lost rings 5 times (no slice) while the server sleeps: strace holds each return
+# from a sleep or a poll 200 ms, so one drain takes all 5 completions.  The first tells the CM
+# (rdma_notify: a write of command 15, "\17", of rdma_user_cm.h); any later one would fail.
+test_notify_once() {
+	local s=$1 t=$1/notifies_once tracer n='not counted'; rm -f "$work"/server.*
+	ASAN_OPTIONS=detect_leaks=0 strace -qq -e trace=write,poll,clock_nanosleep -e signal=none \
+		-e inject=poll,clock_nanosleep:delay_exit=200000 -o "$work/writes" \
+		"$top/$s" --port 0 >"$work/server.out" 2>"$work/server.err" & tracer=$! # (LSan: no ptrace)
+	server_port=$(listen_port "$work/server.out" "$tracer") && server_pid=$(pgrep -P "$tracer") &&
+		timeout 60 "$peer" --no-rtu "$RDMA_ADDR" "$server_port" sleep:50 ring:{1..5} sleep:3000 >"$work/held.out" 2>&1 &&
+		await_line "$work/server.out" '^doorbell qp=0x[0-9a-f]* seq=5 ' 10 &&
+		n="$(grep -c '"\\17\\0\\0\\0' "$work/writes" || :) calls, $(grep -c '"\\17\\0\\0\\0.*) = -1 ' "$work/writes" || :) failed"
+	{ kill -INT "$server_pid"; server_pid=; await_exit "$tracer" 30; } 2>/dev/null || n="$n (exit status $?)"
+	pass_if "$t" "rdma_notify: $n (want 1 call, none failed): $(tail -c 300 "$work"/{held.out,server.err})" [ "$n" = '1 calls, 0 failed' ]
+}
+
 # second_address T: whether the device has a second address; else skips T.
 second_address() {
 	[ -n "${RDMA_ADDR2:-}" ] ||
