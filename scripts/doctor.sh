@@ -77,8 +77,7 @@ check_module() {
 	local what='kernel module rdma_rxe' dev found
 	for dev in "${devices[@]}"; do
 		# An rxe device names its netdev in "parent"; hardware has none.
-		[ -e "$SYSFS/$dev/parent" ] ||
-			{ rxe_available=true; ok "$what" "not needed: $dev is not Soft-RoCE"; return; }
+		[ -e "$SYSFS/$dev/parent" ] || { rxe_available=true; ok "$what" "not needed: $dev is not Soft-RoCE"; return; }
 	done
 	case $(rxe_module) in
 	loaded) found=loaded ;;
@@ -208,8 +207,7 @@ check_address() {
 		[[ $a == 127.* ]] && continue
 		index=$(gid_index "$a") || continue
 		addr=$a
-		read -r type 2>/dev/null <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" ||
-			type='type unknown'
+		read -r type 2>/dev/null <"$SYSFS/$link_dev/ports/$link_port/gid_attrs/types/$index" || type='type unknown'
 		ok "$what" "$addr on $link_netdev (GID index $index, $type): connect clients to $addr"
 		note "127.0.0.1 will not do: $LO_WHY"
 		return

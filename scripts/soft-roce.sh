@@ -116,8 +116,7 @@ remove_own() {
 	for name; do
 		! rdma link show "$name/1" >/dev/null 2>&1 ||
 			rdma link delete "$name" || say "could not remove the rdma link $name"
-		[ ! -e "/sys/class/net/$name" ] ||
-			ip link delete "$name" || say "could not remove the interface $name"
+		[ ! -e "/sys/class/net/$name" ] || ip link delete "$name" || say "could not remove the interface $name"
 	done
 }
 
@@ -144,8 +143,7 @@ cleanup() {
 
 # on_signal SIG: stop CMD's session and remove what this run made.
 on_signal() {
-	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made" ||
-		exec 2>/dev/null
+	say "SIG$1: stopping${cmd_sid:+ what '$cmd_name' started}, then removing what this run made" || exec 2>/dev/null
 	[ -z "$cmd_sid" ] || stop_session "$cmd_sid"
 	cleanup
 }

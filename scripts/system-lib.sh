@@ -28,8 +28,7 @@ PACKAGES_TABLE=$(dirname "${BASH_SOURCE[0]}")/packages.txt
 read_os_release() {
 	local file=${OS_RELEASE:-/etc/os-release} key value
 	os_id='' os_like='' os_version='' os_name=''
-	[ -z "${OS_RELEASE:-}" ] || [ -r "$file" ] ||
-		{ echo "${0##*/}: cannot read OS_RELEASE=$file" >&2; return 1; }
+	[ -z "${OS_RELEASE:-}" ] || [ -r "$file" ] || { echo "${0##*/}: cannot read OS_RELEASE=$file" >&2; return 1; }
 	[ -r "$file" ] || file=/usr/lib/os-release
 	[ -r "$file" ] || file=/dev/null # none: an unknown system
 	while IFS='=' read -r key value; do

@@ -57,8 +57,7 @@ main() {
 		-o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
 	# Unreachable, the archive gets a warning and exit status 0: kept,
 	# to name the cause if no list was fetched, now or before.
-	warned=$(apt-get -qq "${opts[@]}" update 2>&1) ||
-		die "apt-get update of $suite from $(mirror) failed: $warned"
+	warned=$(apt-get -qq "${opts[@]}" update 2>&1) || die "apt-get update of $suite from $(mirror) failed: $warned"
 	warned=$(grep -m 1 '^W: ' <<<"$warned") || true
 	# linux-image-amd64 depends on the suite's newest kernel package.
 	pkg=$(apt-cache "${opts[@]}" show linux-image-amd64 2>/dev/null |

@@ -66,8 +66,7 @@ kernel_usable() {
 	else
 		for f in $files; do
 			case $f in *.ko.xz) tool=xz ;; *.ko.zst) tool=zstd ;; *) continue ;; esac
-			command -v "$tool" >/dev/null ||
-				why_not="its modules are $tool-compressed, and there is no $tool"
+			command -v "$tool" >/dev/null || why_not="its modules are $tool-compressed, and there is no $tool"
 		done
 	fi
 	[ -z "$why_not" ]
@@ -118,8 +117,7 @@ check_prereqs() {
 	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
 	command -v cpio >/dev/null || missing+=(cpio)
 	# The guest runs busybox before it can reach any shared library.
-	[ -x /bin/busybox ] && static_elf /bin/busybox ||
-		missing+=("a statically linked /bin/busybox (busybox-static)")
+	[ -x /bin/busybox ] && static_elf /bin/busybox || missing+=("a statically linked /bin/busybox (busybox-static)")
 	[ "${#missing[@]}" -eq 0 ] || die "cannot boot the Soft-RoCE VM without:" \
 		"${missing[*]}; scripts/deps.sh vm installs them"
 	find_kernel || kernel_for_vms

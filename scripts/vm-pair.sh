@@ -52,8 +52,7 @@ run_vm() {
 		macs+=,$mac addrs+=,198.18.$n.$host servers+=,198.18.$n.1
 		n=$((n + 1))
 	done
-	[ "$role" != server ] || [ -z "$pcap" ] ||
-		args+=(-object "filter-dump,id=dump,netdev=cable0,file=$pcap")
+	[ "$role" != server ] || [ -z "$pcap" ] || args+=(-object "filter-dump,id=dump,netdev=cable0,file=$pcap")
 	VM_APPEND="vm_nic_macs=${macs#,} vm_nic_addrs=${addrs#,} vm_server_addrs=${servers#,}" \
 		boot_vm "$job" 1024 1 "[$role vm] " "${args[@]}" || status=$?
 	echo "$status" >"$job/qemu"
@@ -124,8 +123,7 @@ main() {
 		pcap=$(realpath -m -- "$2")
 		shift 2
 		# qemu options cannot carry commas in a value.
-		[[ $pcap =~ ^[A-Za-z0-9/._+-]+$ ]] ||
-			die "--pcap '$pcap': use a path of letters, digits and /._+-"
+		[[ $pcap =~ ^[A-Za-z0-9/._+-]+$ ]] || die "--pcap '$pcap': use a path of letters, digits and /._+-"
 		[ -d "${pcap%/*}" ] || die "--pcap: no directory ${pcap%/*}"
 		rm -f "$pcap"
 	fi

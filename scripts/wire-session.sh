@@ -95,8 +95,7 @@ connect() {
 		say "exit status $status"
 		# The next session starts once this one's disconnect is over on
 		# both sides, so that sessions do not overlap on the cable.
-		await_line "$dir/$name/server.out" '^disconnect ' 10 ||
-			say "no disconnect line from $server within 10 s"
+		await_line "$dir/$name/server.out" '^disconnect ' 10 || say "no disconnect line from $server within 10 s"
 	done <"$dir/plan"
 	mark finished
 }

@@ -47,13 +47,11 @@ main() {
 	local raw=no records
 	[ "${1:-}" != --raw ] || { raw=yes; shift; }
 	[ $# -eq 1 ] || { echo "usage: $0 [--raw] PCAP" >&2; exit 2; }
-	command -v tshark >/dev/null ||
-		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
+	command -v tshark >/dev/null || die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 	[ -r "$1" ] || die "cannot read '$1'"
 	records=$(packets "$1" | awk -v "fields=${FIELDS[*]}" \
 		-v "common=$here/../common" -f "$here/wire-lib.awk" -f "$here/wire-decode.awk")
-	[ -n "$records" ] ||
-		die "no RoCE v2 (UDP port 4791), ARP or neighbour discovery packet in '$1'"
+	[ -n "$records" ] || die "no RoCE v2 (UDP port 4791), ARP or neighbour discovery packet in '$1'"
 	[ "$raw" = no ] || { echo "$records"; return; }
 	awk -f "$here/wire-lib.awk" -f "$here/wire-trace.awk" <<<"$records"
 }

@@ -37,13 +37,11 @@ parse_options() {
 	done
 	[[ $server =~ ^rdma_(pool_server|srq_pool_server_ev)$ ]] ||
 		die "--server must be rdma_pool_server or rdma_srq_pool_server_ev"
-	[[ $writes =~ ^[0-9]{1,4}$ ]] ||
-		die "-n '$writes': want 0 to 9999 writes (the trace has a line per packet)"
+	[[ $writes =~ ^[0-9]{1,4}$ ]] || die "-n '$writes': want 0 to 9999 writes (the trace has a line per packet)"
 	[[ $every =~ ^[1-9][0-9]*$ ]] || die "-k '$every': want a positive number"
 	[[ $size =~ ^[1-9][0-9]{0,6}$ ]] || die "--size '$size': want 1 to 9999999 bytes"
 	for program in "$server" rdma_pool_client; do [ -x "$top/$program" ] || die "no $program: run make first"; done
-	command -v tshark >/dev/null ||
-		die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
+	command -v tshark >/dev/null || die "no tshark: install it with apt-get install tshark (or run scripts/deps.sh)"
 }
 
 # tie: the lines that tie what the programs printed to the trace, from the

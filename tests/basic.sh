@@ -79,8 +79,7 @@ scale_row_missing() {
 # lacks, or has without a positive median and p99 or an idle CPU figure; nothing if all are there.
 latency_row_missing() {
 	local what pos='[0-9.]*[1-9][0-9.]*'
-	grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" ||
-		{ echo ib_write_lat; return; }
+	grep -Eq "^\| ib_write_lat -s 4 -R .* \| $pos \| $pos \| - \|\$" "$1" || { echo ib_write_lat; return; }
 	for what in rdma_pool_server "rdma_srq_pool_server_ev --rearm-after-us 0" \
 		"rdma_srq_pool_server_ev --rearm-after-us [0-9]+ \(the default\)"; do
 		grep -Eq "^\| rdma_pool_client -k 1 -w 1 against $what \| $pos( \([0-9.]+-[0-9.]+\))? \| $pos \| [0-9]+\.[0-9]+ \|\$" "$1" ||

@@ -26,8 +26,7 @@ test_cm_probe_case() {
 # (transport retries 6 and 0, as the programs pass) prints exactly LINES after the two QP lines.
 test_cm_send_case() {
 	local t=cm_probe/$1 out=$work/cm_send.out status=0 got why=''
-	timeout 60 "$top/tests/cm_probe" --send "$RDMA_ADDR" 0 \
-		6 "$2" 0 "$3" >"$out" 2>"$work/cm_send.err" || status=$?
+	timeout 60 "$top/tests/cm_probe" --send "$RDMA_ADDR" 0 6 "$2" 0 "$3" >"$out" 2>"$work/cm_send.err" || status=$?
 	got=$(grep '^send ' "$out" || true)
 	if [ "$status" != 0 ]; then
 		why="cm_probe exited $status: $(head -c 300 "$work/cm_send.err")"

@@ -142,8 +142,7 @@ left_behind() {
 	[[ $before$after != *"another run's "* ]] || skip+="|^module "
 	before=$(grep -Ev "$skip" <<<"$before" || true)
 	after=$(grep -Ev "$skip" <<<"$after" || true)
-	[ "$after" = "$before" ] ||
-		echo "before: $(echo "$before" | tr '\n' ' '); after: $(echo "$after" | tr '\n' ' ')"
+	[ "$after" = "$before" ] || echo "before: $(echo "$before" | tr '\n' ' '); after: $(echo "$after" | tr '\n' ' ')"
 }
 
 # The interrupted run: a server, and a client that streams longer than the
@@ -200,8 +199,7 @@ test_interrupt() {
 	left=$(ours "$dir")
 	[ -n "$why" ] || [ -z "$left" ] || why="still running: $(echo "$left" | tr '\n' '|')"
 	[ -n "$why" ] || why=$(left_behind "$before")
-	[ -n "$why" ] || [ "$job_status" = "$want" ] ||
-		why="the harness exited $job_status, not by SIG$sig ($want)"
+	[ -n "$why" ] || [ "$job_status" = "$want" ] || why="the harness exited $job_status, not by SIG$sig ($want)"
 	pass_unless "$name" "${why:+$why: $(tail -n 5 "$dir/log" | tr '\n' '|')}"
 	# Whatever the outcome, the next test starts clean.
 	# shellcheck disable=SC2046 # PIDs, one word each

@@ -302,8 +302,7 @@ test_cycles() {
 # own_server T PROGRAM [OPTIONS...]: start_server, or T fails saying what
 # the server said, and false (callers return 0: e2e.sh runs under set -e).
 own_server() {
-	start_server "${@:2}" ||
-		{ give_up "$1" "server did not start: $(head -c 300 "$work/server.err")"; return 1; }
+	start_server "${@:2}" || { give_up "$1" "server did not start: $(head -c 300 "$work/server.err")"; return 1; }
 }
 
 # give_up T WHY [PID...]: T fails saying WHY, and the test's server and
@@ -574,8 +573,7 @@ device_clients() {
 	for addr; do
 		i=$((i + 1)) status=0
 		run_client "$name$i" "$server_port" "$addr" 4096 -n 100 -k 10 || status=$?
-		[ "$status" = 0 ] ||
-			{ fail "$t" "through $addr: exit $status: $(head -c 300 "$work/$name$i.err")"; return; }
+		[ "$status" = 0 ] || { fail "$t" "through $addr: exit $status: $(head -c 300 "$work/$name$i.err")"; return; }
 		why=$(check_session "$name$i" 100 10 4096) || { fail "$t" "through $addr: $why"; return; }
 	done
 	pass "$t"

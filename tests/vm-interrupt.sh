@@ -90,8 +90,7 @@ test_probe_interrupt() {
 	signal_job "$run" group INT 5 || why="vm-run.sh still ran 5 s after SIGINT"
 	[ "${#probe[@]}" -gt 0 ] || why="no probe ran"
 	[ -n "$why" ] || [ -z "$(alive "${probe[@]}")" ] || why="the probe's qemu still runs"
-	[ -n "$why" ] || [ ! -e "$accel_cache" ] ||
-		why="the stopped probe's answer was kept: $(cat "$accel_cache")"
+	[ -n "$why" ] || [ ! -e "$accel_cache" ] || why="the stopped probe's answer was kept: $(cat "$accel_cache")"
 	kill -KILL "${probe[@]}" 2>/dev/null || true
 	rm -f "$accel_cache"
 	[ ! -e "$accel_cache.kept" ] || mv "$accel_cache.kept" "$accel_cache"
