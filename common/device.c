@@ -94,7 +94,7 @@ int srq_limit_arm(struct server *srv, struct device *dev)
 	return ret ? fail("ibv_modify_srq(srq_limit)", ret) : 0;
 }
 
-#define MIN_RNR_TIMER 12 /* wait 0.64 ms; rxe: at least a kernel tick */
+#define MIN_RNR_TIMER 12 /* wait 0.64 ms; rxe: till a kernel tick */
 
 /* When a message finds the SRQ empty, our NIC answers "receiver not ready"
  * and names the wait before a retry: the QP's min_rnr_timer, a 5-bit code.

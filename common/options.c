@@ -11,9 +11,9 @@
 
 #include "common/server.h"
 
-#define DEFAULT_SRQ_DEPTH 128
-#define MAX_SRQ_DEPTH 65536  /* ours; the device may allow fewer */
-#define DEFAULT_MAX_CONNS 64 /* --max-conns: it sizes the CQ, see cq_open() */
+#define DEFAULT_SRQ_DEPTH 1024 /* what comes while we are away: design.md */
+#define MAX_SRQ_DEPTH 65536    /* ours; the device may allow fewer */
+#define DEFAULT_MAX_CONNS 64   /* --max-conns: it sizes the CQ, see cq_open() */
 #define MAX_MAX_CONNS 1024
 /* The deadlines of conn_due(), in ms. */
 #define DEFAULT_HANDSHAKE_MS 5000

@@ -69,6 +69,7 @@ for server in rdma_pool_server rdma_srq_pool_server_ev; do
 	test_handshake_deadline "$server"
 	test_lost_rtu "$server"
 	test_notify_once "$server"
+	test_away_no_rnr "$server"
 	test_source_limits "$server"
 	test_request_deadline "$server"
 	test_keepalive "$server"

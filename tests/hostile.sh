@@ -72,6 +72,27 @@ test_notify_once() {
 	pass_if "$t" "rdma_notify: $n (want 1 call, none failed): $(tail -c 300 "$work"/{held.out,server.err})" [ "$n" = '1 calls, 0 failed' ]
 }
 
+# A client rings with every write, 1000 doorbells, while the server program is away (stopped here;
+# a slow file or the scheduler may hold it).  The server's NIC takes each into the SRQ, whose 1024
+# receives hold them all: none finds it empty and waits for an RNR retry, on rxe till a kernel tick
+# (at 128 receives: RNR NAKs, and on 6.1 the client's write failed, its transport retries run out).
+test_away_no_rnr() {
+	local s=$1 t=$1/away_no_rnr pid before='' after='' why=''
+	own_server "$t" "$s" || return 0
+	mkfifo "$work/go" && exec 3<>"$work/go"
+	run_client away "$server_port" --step -q -n 1000 -k 1 "$RDMA_ADDR" 4096 <&3 & pid=$!
+	if await_line "$work/away.out" '^pause after=granted$' 30 "$pid" && kill -STOP "$server_pid"; then
+		before=$(hw_counter send_rnr_err) && echo >&3
+		await_line "$work/away.out" '^pause after=streamed$' 20 "$pid" || why='its stream did not end (20 s at most); '
+		after=$(hw_counter send_rnr_err) && kill -CONT "$server_pid" && echo >&3
+	else why='no grant within 30 s, or no server to stop; '; fi
+	wait "$pid" || why+="the client exited $?: $(head -c 200 "$work/away.err"); "
+	exec 3>&- && rm -f "$work/go" && stop_server || why+="the server exited $?; "
+	[ -n "$before" ] && [ -n "$after" ] || why+="no send_rnr_err counter read on $RDMA_DEV; "
+	[ "$after" = "$before" ] || why+="the server's NIC sent $((after - before)) RNR NAKs (want 0)"
+	pass_unless "$t" "$why"
+}
+
 # second_address T: whether the device has a second address; else skips T.
 second_address() {
 	[ -n "${RDMA_ADDR2:-}" ] ||

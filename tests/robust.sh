@@ -285,7 +285,7 @@ test_client_killed() {
 # the QP that held it is destroyed (each cycle comes while the last one's QP is still closing: see
 # slice_back), and the pool, the connection count and the SRQ are whole afterwards.  100: more
 # than the places of one address (32) or of the server (64); each cycle takes five receives (a
-# request, four doorbells) from the SRQ, 128 deep: each posted again nearly four times.
+# request, four doorbells) from the SRQ: 500 of its 1024, each posted again (none come round twice).
 test_cycles() {
 	local port=$2 t=$1/cycles_100 i bad=0 start
 	start=$(wc -l <"$work/server.out")

@@ -420,7 +420,7 @@ static void test_parse_options(void)
 	struct options opt;
 
 	EXPECT(parse(&opt, "--port", "0") == 0 && opt.port == 0 &&
-	       opt.srq_depth == 128 && opt.max_conns == 64 &&
+	       opt.srq_depth == 1024 && opt.max_conns == 64 &&
 	       opt.conns_per_source == 32 && opt.isolation == ISOLATION_NONE &&
 	       !strcmp(opt.address, "::"));
 	EXPECT(parse(&opt, "--max-conns", "5") == 0 &&
