@@ -77,17 +77,18 @@ test_notify_once() {
 # receives hold them all: none finds it empty and waits for an RNR retry, on rxe till a kernel tick
 # (at 128 receives: RNR NAKs, and on 6.1 the client's write failed, its transport retries run out).
 test_away_no_rnr() {
-	local s=$1 t=$1/away_no_rnr pid before='' after='' why=''
+	local s=$1 t=$1/away_no_rnr pid go before='' after='' why=''
 	own_server "$t" "$s" || return 0
-	mkfifo "$work/go" && exec 3<>"$work/go"
-	run_client away "$server_port" --step -q -n 1000 -k 1 "$RDMA_ADDR" 4096 <&3 & pid=$!
+	rm -f "$work/away.in"; mkfifo "$work/away.in" || { give_up "$t" "could not make the FIFO $work/away.in"; return; }
+	exec {go}<>"$work/away.in"
+	run_client away "$server_port" --step -q -n 1000 -k 1 "$RDMA_ADDR" 4096 <&"$go" & pid=$!
 	if await_line "$work/away.out" '^pause after=granted$' 30 "$pid" && kill -STOP "$server_pid"; then
-		before=$(hw_counter send_rnr_err) && echo >&3
+		before=$(hw_counter send_rnr_err) && echo >&"$go"
 		await_line "$work/away.out" '^pause after=streamed$' 20 "$pid" || why='its stream did not end (20 s at most); '
-		after=$(hw_counter send_rnr_err) && kill -CONT "$server_pid" && echo >&3
+		after=$(hw_counter send_rnr_err) && kill -CONT "$server_pid" && echo >&"$go"
 	else why='no grant within 30 s, or no server to stop; '; fi
 	wait "$pid" || why+="the client exited $?: $(head -c 200 "$work/away.err"); "
-	exec 3>&- && rm -f "$work/go" && stop_server || why+="the server exited $?; "
+	exec {go}>&- && rm -f "$work/away.in" && stop_server || why+="the server exited $?; "
 	[ -n "$before" ] && [ -n "$after" ] || why+="no send_rnr_err counter read on $RDMA_DEV; "
 	[ "$after" = "$before" ] || why+="the server's NIC sent $((after - before)) RNR NAKs (want 0)"
 	pass_unless "$t" "$why"
