@@ -110,25 +110,6 @@ kernel_for_vms() {
 	find_kernel || die "$none: each one's reason is above"
 }
 
-# Everything a VM needs, with what brings each; a kernel among them.
-check_prereqs() {
-	local missing=()
-	command -v qemu-system-x86_64 >/dev/null || missing+=("qemu (qemu-system-x86_64)")
-	command -v modprobe >/dev/null || missing+=("modprobe (kmod)")
-	command -v cpio >/dev/null || missing+=(cpio)
-	# The guest runs busybox before it can reach any shared library.
-	[ -x /bin/busybox ] && static_elf /bin/busybox || missing+=("a statically linked /bin/busybox (busybox-static)")
-	[ "${#missing[@]}" -eq 0 ] || die "cannot boot the Soft-RoCE VM without:" \
-		"${missing[*]}; scripts/deps.sh vm installs them"
-	find_kernel || kernel_for_vms
-	# A kernel from the cache has its modules shown in the guest over the
-	# host's /lib/modules, which the guest cannot make (the host's root is
-	# read-only to it); a machine with no kernel (a container) has none.
-	[ "$vm_root" = / ] || [ -d /lib/modules ] || mkdir /lib/modules 2>/dev/null ||
-		die "this machine has no /lib/modules, which the VM's kernel" \
-			"needs to show its modules: sudo mkdir /lib/modules"
-}
-
 # Builds the initramfs once per kernel and init script, in build/vm/, and
 # prints its path.  In a command substitution, where set -e does not hold,
 # each step says itself when it fails, so that no broken image is cached;
@@ -230,10 +211,18 @@ vm_prepare() {
 			die "$path has spaces or other characters qemu options" \
 				"cannot carry: move it"
 	done
-	# What a VM needs and this machine lacks: installed now as root, else
-	# named.  A kernel, if need be, once the others are there.
-	"$repo/scripts/deps.sh" vm || die "cannot boot a VM without what deps.sh named above"
-	check_prereqs
+	# What a VM needs and this machine lacks, installed now as root, else
+	# named: qemu, a static busybox (run before any shared library can be
+	# reached), modprobe, and what soft-roce.sh runs in the guest from this
+	# machine's files (rping, rdma...).  A kernel, if need be, after those.
+	"$repo/scripts/deps.sh" run vm || die "cannot boot a VM without what deps.sh named above"
+	find_kernel || kernel_for_vms
+	# A kernel from the cache has its modules shown in the guest over the
+	# host's /lib/modules, which the guest cannot make (the host's root is
+	# read-only to it); a machine with no kernel (a container) has none.
+	[ "$vm_root" = / ] || [ -d /lib/modules ] || mkdir /lib/modules 2>/dev/null ||
+		die "this machine has no /lib/modules, which the VM's kernel" \
+			"needs to show its modules: sudo mkdir /lib/modules"
 	mkdir -p "$vmdir"
 	vm_initramfs=$(build_initramfs "$vm_ver" "$vm_root")
 	choose_accel

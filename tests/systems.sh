@@ -319,6 +319,16 @@ test_space_in_kernel_cache() {
 	fails_saying "$t" "$status" "$out" -F "KERNEL_CACHE, $cache, has spaces"
 }
 
+# vm-run.sh names to a user every package a VM needs (here all, on Debian 12): kmod among
+# them, whose modprobe loads rdma_rxe in the guest (it named deps.sh vm's alone).
+test_vm_names_kmod() {
+	local status=0 out=$work/kmod.out as_user=()
+	[ "$(id -u)" != 0 ] || as_user=("${NOBODY[@]}")
+	open_copy
+	OS_RELEASE=$open_top/os-release/debian-12 "${as_user[@]}" "$open_top/scripts/vm-run.sh" true >"$out" 2>&1 || status=$?
+	fails_saying vm/names_missing_kmod "$status" "$out" "sudo apt-get install .* kmod"
+}
+
 # vm-run.sh stopped while it packs a new initramfs for the VM (the kernel's
 # folder reached through a link): its half-made folder in build/vm goes too.
 test_vm_stopped_while_packing() {
@@ -618,6 +628,7 @@ test_space_in_path
 test_other_flags_wait
 test_flags_changed_while_waiting
 test_space_in_kernel_cache
+test_vm_names_kmod
 test_vm_stopped_while_packing
 test_no_network
 test_root_build
