@@ -63,10 +63,8 @@ $(FLAGS): FORCE
 # common/server.h, which tests/unit_common links with no server at all.
 MACHINERY = $(addprefix common/,options.c reports.c admission.c device.c \
 	    deadlines.c keys.c)
-$(PROGRAMS) $(UNITS): %: %.c common/common.c common/common.h $(FLAGS) \
-		| check-build
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter $(MACHINERY),$^) \
-		common/common.c $(LIBS)
+$(PROGRAMS) $(UNITS): %: %.c common/common.c common/common.h $(FLAGS) | check-build
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(filter $(MACHINERY),$^) common/common.c $(LIBS)
 SERVERS = rdma_pool_server rdma_srq_pool_server_ev
 $(SERVERS) tests/unit_common: $(MACHINERY) common/server.h
 
@@ -77,11 +75,11 @@ $(PEERS): %: %.c tests/peer.c tests/peer.h common/common.c \
 		common/common.h $(FLAGS) | check-build
 	$(CC) $(ALL_CFLAGS) -o $@ $< tests/peer.c common/common.c $(LIBS)
 
-# libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
 # The client's batching, tested with the client's own source compiled in.
 tests/unit_client: rdma_pool_client.c
 $(UNITS): tests/tap.h
 
+# libFuzzer comes with clang; the fuzzer checks itself with ASan and UBSan.
 $(FUZZER): tests/fuzz_ctrl_msg.c common/common.c common/common.h | check-build
 	@mkdir -p build
 	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
