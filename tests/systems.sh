@@ -160,8 +160,7 @@ doctor_fix() {
 			mount -t tmpfs none "/lib/modules/$1" && shift && exec "$@"' sh "$(uname -r)")
 	fi
 	env container= OS_RELEASE="$fixtures/$system" "$@" "${hide[@]}" "$doctor" >"$work/$name.out" 2>&1 || true
-	got=$(grep -A1 "^FAIL $check: " "$work/$name.out" | sed -n 's/^     fix: //p') || true
-	got=${got%%$'\n'*}
+	got=$(grep -A1 "^FAIL $check: " "$work/$name.out" | sed -n 's/^     fix: //p' | head -n 1) || true
 	pass_if "doctor/$name" "fix for '$check' is [$got], want [$want]" [ "$got" = "$want" ]
 }
 
@@ -523,9 +522,9 @@ test_vm_kernel_two_at_once() {
 	pass_unless "$t" "$why"
 }
 
-# A machine whose kernel has no rdma_rxe, as Debian's cloud kernel: the VM
-# boots a kernel fetched for it alone, and nothing is installed (a kernel
-# package would change what this machine boots next).
+# A machine whose kernel has no rdma_rxe, as Debian's cloud kernel: the VM boots a kernel fetched
+# for it alone, and vm-run.sh installs nothing, above all no kernel package, which would change what
+# this machine boots next.
 test_vm_kernel_no_rxe_in_boot() {
 	local t=vm_kernel/no_rxe_in_boot_fetches_installs_nothing ver fetched
 	needs_root "$t" "hide /boot in a mount namespace" ||
@@ -543,12 +542,13 @@ test_vm_kernel_no_rxe_in_boot() {
 	no_rxe_in_boot "$t" "$fetched"
 }
 
-# no_rxe_in_boot T VERSION: vm-run.sh uname -r, with kernel VERSION alone in
-# /boot, its modules without rdma_rxe (a mount namespace: root only), and an
-# apt-get that refuses to install and passes on the rest (update, download).
+# no_rxe_in_boot T VERSION: what every VM needs installed first (deps.sh run vm), vm-run.sh uname -r
+# with kernel VERSION alone in /boot, its modules without rdma_rxe (a mount namespace: root only),
+# and an apt-get that refuses to install and passes on the rest (update, download).
 no_rxe_in_boot() {
 	local t=$1 ver=$2 bin=$work/refuse-install apt status=0 booted from got why=''
 	apt=$(command -v apt-get) || apt=/usr/bin/apt-get
+	"$top/scripts/deps.sh" run vm >"$work/deps-vm" 2>&1 || { fail "$t" "deps.sh run vm: $(tail -n 1 "$work/deps-vm")"; return; }
 	rm -f "$work/installs"
 	stand_in "$bin/apt-get" '#!/bin/sh\nfor a; do [ "$a" != install ] || { echo "apt-get $*" >>%q; exit 1; }; done\nexec %q "$@"\n' \
 		"$work/installs" "$apt"
