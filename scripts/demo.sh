@@ -12,12 +12,12 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 server=${DEMO_SERVER:-rdma_srq_pool_server_ev}
 client_args=("$RDMA_ADDR" 10000 --writes 1000 --doorbell-every 100 --step)
 port=7471
-server_pid='' client_pid='' out=''
+# The trap ends every child by SIGTERM (bash starts them ignoring SIGINT, which a server loses till
+# it blocks it in reports_open()), even one not yet in $server_pid, and waits, lest one create its
+# output after rm read the folder.  That goes by name: a signal just after mktemp leaves $out unset.
 cleanup() {
-	[ -z "$client_pid" ] || kill "$client_pid" 2>/dev/null || true
-	[ -z "$server_pid" ] || kill -INT "$server_pid" 2>/dev/null || true
-	# By its name: a signal between mktemp and the assignment leaves $out
-	# empty (seen once, stopped/during_churn under load).
+	jobs -p | xargs -r kill 2>/dev/null || true
+	wait || true
 	rm -rf "${TMPDIR:-/tmp}/demo.$$".*
 }
 trap cleanup EXIT
@@ -47,7 +47,6 @@ start_server() {
 		port=$((port + 1))
 	done
 	stop_program "$server_pid" || true
-	server_pid=
 	echo "demo: the server did not start" >&2
 	return 1
 }
@@ -105,7 +104,6 @@ until_line "$out/client" '^pause after=streamed$' "$client_pid"
 echo >&3
 status=0
 wait "$client_pid" || status=$?
-client_pid=
 grep -v '^pause ' "$out/client" | tail -n "+$((shown + 1))"
 echo "== the kernel, just after the client's disconnect: the server's QP in"
 echo "   the error state until the server destroys it (at once where the"
@@ -117,7 +115,6 @@ echo "   nor the server's MRs: it let the device go with its last client"
 kernel_view qp mr
 
 stop_program "$server_pid" || status=$?
-server_pid=
 echo "== the kernel, after the server's exit: nothing left"
 kernel_view cm_id qp mr
 echo

@@ -469,8 +469,8 @@ test_demo_client_dies() {
 		why="no client to kill; "
 	echo >&"$k"
 	exec {k}>&-
-	# Up to 30 s for make demo to end: demo.sh's cleanup sends the server
-	# SIGINT without waiting, soft-roce.sh then stops what is left.
+	# Up to 30 s for make demo to end: demo.sh's cleanup stops the server
+	# (SIGTERM) and waits, soft-roce.sh then stops what is left.
 	wait_until "$pid" 30 false || true
 	left=$(alive "${server[@]}")
 	[ "${#server[@]}" -gt 0 ] || why+="no server of make demo's; "
