@@ -151,21 +151,21 @@ build_initramfs() {
 	echo "$image"
 }
 
-# qemu_cmd ACCEL APPEND MEGABYTES CPUS: sets the array qemu to the command line every boot of
-# vm_ver shares, for the caller to add devices to.  Only panics reach the console (loglevel=1);
-# panic=-1 reboots at once, and -no-reboot turns that into qemu exiting.  oops=panic: an oops
-# otherwise kills only the task, and may leave the machine deadlocked (the kernel's
-# kernel-parameters.txt); seen: a task that oopsed hung in exit_mmap() until the VM's time ran
-# out.  TCG keeps a host thread per vCPU, though a vCPU then now and then runs an int3 that the
-# kernel's code patching has already replaced ("Oops: int3": 6.12, 1 boot in 40; vm-run.sh boots
-# again): on one thread (thread=single), none in 40, but a busy vCPU holds it up to 100 ms
-# (QEMU's TCG_KICK_PERIOD), and make test ran slower and failed.  Not -nographic: with it, the
-# BIOS draws its screen on the first serial port, the guest job's stdout.  -nic none: no network
-# but what the caller plugs in.
+# qemu_cmd ACCEL APPEND MEGABYTES CPUS: sets the array qemu to the command line every boot of vm_ver
+# shares, for the caller to add devices to.  Only panics reach the console (loglevel=1); panic=-1
+# reboots at once, and -no-reboot turns that into qemu exiting.  oops=panic: an oops otherwise kills
+# only the task, and may leave the machine deadlocked (kernel-parameters.txt; seen: a task that
+# oopsed hung in exit_mmap()).  tsc=reliable skips the TSC's checks at boot and at run time
+# (kernel-parameters.txt): under TCG, 6.1 guessed its TSCs unsynchronized and read the emulated
+# HPET; now it reads the TSC, as 6.12 does.  TCG keeps a host thread per vCPU, though a vCPU now and
+# then runs an int3 the kernel's code patching has already replaced ("Oops: int3": 6.12, 1 boot in
+# 40; vm-run.sh retries); on one thread (thread=single) none in 40, but a busy vCPU holds it up to
+# 100 ms (QEMU's TCG_KICK_PERIOD): make test ran slower and failed.  Not -nographic: with it, the
+# BIOS draws on the first serial port, the guest job's stdout.  -nic none: only the caller's NICs.
 qemu_cmd() {
-	qemu=(qemu-system-x86_64 -accel "$1" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
-		-initrd "$vm_initramfs" -append "console=ttyS1 quiet loglevel=1 panic=-1 oops=panic $2"
-		-m "$3" -smp "$4" -display none -no-reboot -nic none -monitor none)
+	qemu=(qemu-system-x86_64 -accel "$1" -m "$3" -kernel "${vm_root}boot/vmlinuz-$vm_ver"
+		-smp "$4" -initrd "$vm_initramfs" -display none -no-reboot -nic none -monitor none
+		-append "console=ttyS1 quiet loglevel=1 panic=-1 oops=panic tsc=reliable $2")
 }
 
 kvm_usable() { [ -r /dev/kvm ] && [ -w /dev/kvm ]; }
